@@ -1,0 +1,20 @@
+"""The code location: `dagster dev -w workspace.yaml` loads `defs` from here."""
+
+import dagster as dg
+
+from assets.resources import resources_from_env
+from assets.transcripts import transcripts
+
+all_assets = [transcripts]
+
+distill_job = dg.define_asset_job(
+    "distill",
+    selection=dg.AssetSelection.all(),
+    description="The whole distillation graph, for one partition or a range.",
+)
+
+defs = dg.Definitions(
+    assets=all_assets,
+    jobs=[distill_job],
+    resources=resources_from_env(),
+)

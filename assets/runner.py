@@ -1,0 +1,109 @@
+"""Running the whole asset graph in-process, partition by partition, for the CLI."""
+
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+
+from assets.partitions import daily_partitions
+
+INSTANCE_TEMPLATE = Path(__file__).with_name("dagster_instance.yaml")
+
+
+def ensure_dagster_home(home: Path) -> Path:
+    """DAGSTER_HOME (default: MEMORY_HOME/dagster) with an instance config that has telemetry off."""
+    dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    config = dagster_home / "dagster.yaml"
+    if not config.exists():
+        shutil.copyfile(INSTANCE_TEMPLATE, config)
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    return dagster_home
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+class _ProgressHandler(logging.Handler):
+    """Prints what assets log and the steps that fail, one line each."""
+
+    def __init__(self, echo: Callable[[str], None]):
+        super().__init__(logging.INFO)
+        self.echo = echo
+
+    def emit(self, record: logging.LogRecord) -> None:
+        meta = getattr(record, "dagster_meta", None) or {}
+        event = meta.get("dagster_event")
+        step = meta.get("step_key")
+        if event is None and step:
+            self.echo(f"    {step}: {meta.get('orig_message', record.getMessage())}")
+        elif event is not None and event.event_type_value == "STEP_FAILURE":
+            self.echo(f"    {step}: FAILED")
+
+
+def _progress_logger(echo: Callable[[str], None]) -> dg.LoggerDefinition:
+    @dg.logger(description="one line per asset for the CLI")
+    def progress(_init_context):
+        log = logging.getLogger("memory_pipelines.progress")
+        log.handlers = [_ProgressHandler(echo)]
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        return log
+
+    return progress
+
+
+@dataclass(frozen=True)
+class PartitionRun:
+    partition_key: str
+    run_id: str
+    seconds: float
+
+
+def partition_keys_between(start: str, end: str) -> list[str]:
+    keys = daily_partitions.get_partition_keys()
+    if start not in keys or end not in keys:
+        raise ValueError(
+            f"dates must lie between {keys[0]} and {keys[-1]} (MEMORY_PARTITION_START sets the first)"
+        )
+    return keys[keys.index(start) : keys.index(end) + 1]
+
+
+def first_error(result: dg.ExecuteInProcessResult) -> str:
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data.error is not None:
+            return event.step_failure_data.error.message.strip().splitlines()[-1]
+    return "run failed"
+
+
+def run_partitions(keys: Sequence[str], echo: Callable[[str], None] = print) -> list[PartitionRun]:
+    """Materialize every asset for each partition key, in order; stop at the first failure."""
+    # Imported here so that the environment the CLI prepared is what the resources read.
+    from assets.definitions import all_assets, distill_job
+    from assets.resources import resources_from_env
+
+    defs = dg.Definitions(
+        assets=all_assets, jobs=[distill_job], resources=resources_from_env(),
+        loggers={"progress": _progress_logger(echo)},
+    )
+    job = defs.resolve_job_def("distill")
+    instance = dg.DagsterInstance.get()
+    runs = []
+    for number, key in enumerate(keys, start=1):
+        echo(f"[{number}/{len(keys)}] {key}")
+        started = time.perf_counter()
+        result = job.execute_in_process(
+            partition_key=key, instance=instance, raise_on_error=False, run_config={"loggers": {"progress": {}}}
+        )
+        if not result.success:
+            raise RunFailed(f"partition {key} failed: {first_error(result)}")
+        runs.append(PartitionRun(key, result.run_id, time.perf_counter() - started))
+    sys.stdout.flush()
+    return runs

@@ -1,0 +1,86 @@
+"""Asset `transcripts`: the message archive (`messages`, `sessions`, `quarantine`)."""
+
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+import dagster as dg
+
+from assets.partitions import daily_partitions
+from assets.resources import PostgresResource, TranscriptSource
+from memory_pipelines.db import repository
+from memory_pipelines.ingest import plan_ingest
+from memory_pipelines.models import TimeWindow
+from memory_pipelines.reporting import markdown_table
+from memory_pipelines.transcripts import scan_transcripts
+
+
+def partition_label(context: dg.AssetExecutionContext) -> str:
+    keys = context.partition_key_range
+    return keys.start if keys.start == keys.end else f"{keys.start}..{keys.end}"
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    group_name="ingestion",
+    kinds={"duckdb", "postgres"},
+    owners=["team:memory-pipelines"],
+    tags={"stage": "ingest"},
+    description=(
+        "Every transcript message whose time falls in the partition, scanned by DuckDB from "
+        "JSON Lines, Parquet and history.json files, validated, and archived in `messages` "
+        "(unique on session_id, seq) with `sessions` kept in step. Refused records go to "
+        "`quarantine` with their reason; read = stored + duplicate + quarantined."
+    ),
+)
+def transcripts(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, transcript_source: TranscriptSource
+) -> dg.MaterializeResult:
+    bounds = context.partition_time_window
+    window = TimeWindow(bounds.start, bounds.end)
+    scan = scan_transcripts(
+        Path(transcript_source.path), window,
+        timezone=transcript_source.timezone, max_bytes=transcript_source.max_message_bytes,
+    )
+    session_ids = sorted({m.session_id for m in scan.messages})
+    label = partition_label(context)
+    with postgres.connection() as conn, conn.transaction():
+        repository.lock_transcript_writes(conn)
+        stored, owners = repository.stored_messages(conn, session_ids)
+        plan = plan_ingest(scan, stored, owners)
+        repository.insert_messages(conn, plan.new, context.run_id)
+        repository.insert_quarantine(conn, plan.quarantined, label, context.run_id)
+        repository.refresh_sessions(conn, sorted({m.session_id for m in plan.new}))
+        totals = repository.row_counts(conn, repository.ARCHIVE_TABLES)
+
+    reasons = Counter(str(r.reason) for r in plan.quarantined)
+    context.log.info(
+        "%s: read %d, stored %d, duplicate %d, quarantined %d", label,
+        plan.read, len(plan.new), plan.duplicates, len(plan.quarantined),
+    )
+    preview = [
+        {"session": m.session_id, "seq": m.seq, "user": m.user_id, "role": m.role, "ts": m.ts.isoformat(),
+         "content": m.content}
+        for m in plan.new
+    ]
+    return dg.MaterializeResult(
+        metadata={
+            "partition_window": f"{window.start.isoformat()} .. {window.end.isoformat()}",
+            "files_scanned": scan.files,
+            "read": plan.read,
+            "stored": len(plan.new),
+            "duplicate": plan.duplicates,
+            "quarantined": len(plan.quarantined),
+            "quarantined_by_reason": dict(sorted(reasons.items())),
+            "sessions_touched": len({m.session_id for m in plan.new}),
+            "table_rows": totals,
+            "dagster/row_count": len(plan.new),
+            "preview": dg.MetadataValue.md(
+                markdown_table(preview, ["session", "seq", "user", "role", "ts", "content"])
+            ),
+            "quarantine_preview": dg.MetadataValue.md(
+                markdown_table([asdict(r) for r in plan.quarantined], ["source_file", "source_line", "reason", "detail"])
+            ),
+        }
+    )

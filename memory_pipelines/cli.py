@@ -1,0 +1,224 @@
+"""`memory-pipelines`: run the pipeline, manage the embedded database, open the UI."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+from memory_pipelines.config import ConfigError, Settings
+
+
+class CliError(RuntimeError):
+    """Ends the command with a one-line reason and exit status 1."""
+
+
+def _settings() -> Settings:
+    return Settings.from_env()
+
+
+def _connect_url(settings: Settings) -> str:
+    from memory_pipelines.db.connection import resolve_url
+
+    return resolve_url(settings.database_url, settings.home)
+
+
+def _parse_day(text: str | None, flag: str) -> date | None:
+    if text is None:
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"{flag} must be a date like 2026-10-01, got {text!r}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.transcripts:
+        path = Path(args.transcripts).expanduser().resolve()
+        if not path.exists():
+            raise CliError(f"transcript path does not exist: {path}")
+        os.environ["MEMORY_TRANSCRIPTS"] = str(path)
+    settings = _settings()
+    start, end = _parse_day(args.start, "--start"), _parse_day(args.end, "--end")
+    if start is None or end is None:
+        from memory_pipelines.transcripts import transcript_date_range
+
+        found = transcript_date_range(
+            settings.transcripts, timezone=settings.timezone, max_bytes=settings.max_message_bytes
+        )
+        if found is None:
+            raise CliError(f"no transcript records under {settings.transcripts}")
+        start, end = start or found[0], end or found[1]
+    if end < start:
+        raise CliError(f"--end {end} is before --start {start}")
+
+    from memory_pipelines.db import repository
+    from memory_pipelines.db.connection import get_pool
+
+    url = _connect_url(settings)
+    pool = get_pool(url)  # migrates before any run starts
+    from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_partitions
+
+    ensure_dagster_home(settings.home)
+    try:
+        keys = partition_keys_between(start.isoformat(), end.isoformat())
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    print(f"transcripts: {settings.transcripts}")
+    print(f"partitions:  {keys[0]} .. {keys[-1]} ({len(keys)} days)")
+    try:
+        runs = run_partitions(keys)
+    except RunFailed as exc:
+        raise CliError(str(exc)) from None
+    with pool.connection() as conn:
+        counts = repository.row_counts(conn, repository.list_tables(conn))
+    width = max(len(t) for t in counts)
+    print(f"done: {len(runs)} partition(s) in {sum(r.seconds for r in runs):.1f}s")
+    for table, count in counts.items():
+        print(f"  {table:<{width}}  {count:>8}")
+    return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from memory_pipelines.db import embedded
+    from memory_pipelines.db.migrations import has_extension, migrate
+
+    settings = _settings()
+    external = settings.database_url is not None
+    if args.action == "url":
+        print(_connect_url(settings))
+    elif args.action == "start":
+        if external:
+            print("MEMORY_DATABASE_URL is set: nothing to start")
+        else:
+            print(f"running: {embedded.start(settings.home)}")
+    elif args.action == "stop":
+        if external:
+            print("MEMORY_DATABASE_URL is set: nothing to stop")
+        else:
+            print("stopped" if embedded.stop(settings.home) else "not running")
+    elif args.action == "migrate":
+        url = _connect_url(settings)
+        applied = migrate(url)
+        print(f"applied {len(applied)} migration(s)" + "".join(f"\n  {m.version:04d}_{m.name}" for m in applied))
+    elif args.action == "status":
+        import psycopg
+
+        if external:
+            url = settings.database_url
+            print("database: external (MEMORY_DATABASE_URL)")
+        else:
+            state = embedded.status(settings.home)
+            print(f"database: embedded, data in {state.pgdata}")
+            print(f"server:   {'running, pid ' + str(state.pid) if state.running else 'stopped'}")
+            if not state.running:
+                return 0
+            url = state.url
+        try:
+            with psycopg.connect(url, connect_timeout=5) as conn:
+                version = conn.execute("SHOW server_version").fetchone()[0]
+                print(f"postgres: {version}")
+                for ext in ("vector", "pg_trgm"):
+                    print(f"{ext + ':':<9} {'installed' if has_extension(conn, ext) else 'missing'}")
+        except psycopg.Error as exc:
+            raise CliError(f"cannot connect: {str(exc).strip().splitlines()[0]}") from None
+    return 0
+
+
+def _workspace_args() -> list[str]:
+    for folder in (Path.cwd(), Path(__file__).resolve().parent.parent):
+        if (folder / "workspace.yaml").exists() and (folder / "assets" / "definitions.py").exists():
+            return ["-w", str(folder / "workspace.yaml")]
+    return ["-m", "assets.definitions"]
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from assets.runner import ensure_dagster_home
+
+    settings = _settings()
+    _connect_url(settings)  # start the embedded server before Dagster's processes join it
+    ensure_dagster_home(settings.home)
+    command = [sys.executable, "-m", "dagster", "dev", *_workspace_args(), "-h", args.host, "-p", str(args.port)]
+    # A shell that started us in the background leaves SIGINT ignored, and dagster dev maps
+    # SIGTERM to SIGINT: restore the default in the child so both stop it.
+    child = subprocess.Popen(command, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def forward(signum, _frame):
+        child.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    try:
+        return child.wait()
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from memory_pipelines.generator import GeneratorConfig, write_transcripts
+
+    config = GeneratorConfig(
+        users=args.users, sessions=args.sessions, seed=args.seed, start=_parse_day(args.start, "--start"),
+        days=args.days,
+    )
+    stats = write_transcripts(Path(args.out), config)
+    print(f"wrote {stats.messages} messages in {stats.sessions} sessions for {stats.users} users "
+          f"over {stats.days} days to {args.out} ({stats.files} files)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memory-pipelines", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="materialize the whole asset graph for every partition in range")
+    run.add_argument("--transcripts", help="transcript file or folder (default: MEMORY_TRANSCRIPTS or the sample)")
+    run.add_argument("--start", help="first day, YYYY-MM-DD (default: the first day in the transcripts)")
+    run.add_argument("--end", help="last day, inclusive (default: the last day in the transcripts)")
+    run.set_defaults(func=cmd_run)
+
+    db = sub.add_parser("db", help="the database: status, start, stop, migrate, url")
+    db.add_argument("action", choices=["status", "start", "stop", "migrate", "url"])
+    db.set_defaults(func=cmd_db)
+
+    ui = sub.add_parser("ui", help="the Dagster UI on workspace.yaml")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=3000)
+    ui.set_defaults(func=cmd_ui)
+
+    gen = sub.add_parser("generate", help="write deterministic synthetic transcripts (for benchmarks)")
+    gen.add_argument("out", help="output folder")
+    gen.add_argument("--users", type=int, default=10)
+    gen.add_argument("--sessions", type=int, default=100, help="sessions in all")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--days", type=int, default=14)
+    gen.add_argument("--start", default="2026-10-01", help="first day, YYYY-MM-DD")
+    gen.set_defaults(func=cmd_generate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except (CliError, ConfigError) as exc:
+        print(f"memory-pipelines: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the CLI promises a one-line reason, never a traceback
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"memory-pipelines: error: {type(exc).__name__}: {reason}", file=sys.stderr)
+        if args.verbose:
+            raise
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

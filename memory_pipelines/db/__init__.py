@@ -1,0 +1,1 @@
+"""PostgreSQL access: the embedded server, migrations, the pool and the repository layer."""

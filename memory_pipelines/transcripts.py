@@ -1,0 +1,227 @@
+"""Reading transcript files with DuckDB: JSON Lines, Parquet and per-session `history.json`.
+
+Every record becomes (source, line, raw JSON text); byte-level faults (invalid UTF-8, NUL
+bytes) are caught here, everything else (JSON validity, fields, types, roles, time zones,
+the partition window) by one DuckDB query, `scan_records` in `sql/queries/transcript_scan.sql`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+import pyarrow as pa
+
+from memory_pipelines.db.queries import query
+from memory_pipelines.models import Message, QuarantinedRecord, QuarantineReason, TimeWindow, TranscriptScan
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+RAW_CAP = 4000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class TranscriptSourceError(RuntimeError):
+    """The transcript location itself cannot be read (not a bad record: those are quarantined)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _RawRecord:
+    source: str
+    line: int
+    raw: str
+    raw_bytes: int
+    pre_reason: str | None
+    pre_detail: str | None
+    file_mtime_us: int
+
+
+def _decode_line(data: bytes) -> tuple[str, str | None, str | None]:
+    """Text of one record plus a byte-level fault, if any. The text stays parseable so
+    the record's time can still be read for attributing it to a partition."""
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        text = data.replace(b"\x00", b"").decode("utf-8", "replace")
+        return text, QuarantineReason.NUL_BYTE, f"NUL byte at offset {nul}"
+    try:
+        return data.decode("utf-8"), None, None
+    except UnicodeDecodeError as exc:
+        return data.decode("utf-8", "replace"), QuarantineReason.INVALID_UTF8, f"invalid UTF-8 at byte {exc.start}"
+
+
+def _jsonl_records(path: Path, source: str, mtime_us: int) -> Iterator[_RawRecord]:
+    data = path.read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        line = line.rstrip(b"\r")
+        if not line.strip():
+            continue
+        text, reason, detail = _decode_line(line)
+        yield _RawRecord(source, number, text, len(line), reason, detail, mtime_us)
+
+
+def _history_records(path: Path, source: str, mtime_us: int) -> Iterator[_RawRecord]:
+    data = path.read_bytes()
+    text, reason, detail = _decode_line(data)
+    if reason is None:
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            reason, detail = QuarantineReason.MALFORMED_JSON, f"not a valid JSON array: {exc.msg} at line {exc.lineno}"
+        else:
+            if not isinstance(items, list):
+                reason, detail = QuarantineReason.NOT_AN_OBJECT, "a history.json file must hold a JSON array of messages"
+    if reason is not None:
+        # The whole file is one refused record: line 0 stands for "the file".
+        yield _RawRecord(source, 0, text, len(data), reason, detail, mtime_us)
+        return
+    for number, item in enumerate(items, start=1):
+        raw = json.dumps(item, ensure_ascii=False)
+        yield _RawRecord(source, number, raw, len(raw.encode()), None, None, mtime_us)
+
+
+def _parquet_records(con: duckdb.DuckDBPyConnection, path: Path, source: str, mtime_us: int) -> Iterator[_RawRecord]:
+    try:
+        rows = con.execute(query("scan_parquet_rows"), {"path": str(path)}).fetchall()
+    except duckdb.Error as exc:
+        yield _RawRecord(source, 0, "", path.stat().st_size, QuarantineReason.UNREADABLE_FILE,
+                         f"cannot read Parquet file: {str(exc).splitlines()[0]}", mtime_us)
+        return
+    for number, raw in rows:
+        yield _RawRecord(source, int(number), raw, len(raw.encode()), None, None, mtime_us)
+
+
+def discover_files(con: duckdb.DuckDBPyConnection, root: Path) -> list[Path]:
+    """Transcript files under `root` (or `root` itself when it is a file), sorted."""
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise TranscriptSourceError(f"transcript path does not exist: {root}")
+    files = [Path(row[0]) for row in con.execute(query("scan_glob"), {"pattern": str(root / "**" / "*")}).fetchall()]
+    return [f for f in files if f.suffix in (*JSONL_SUFFIXES, ".parquet") or f.name == "history.json"]
+
+
+def _read_raw(con: duckdb.DuckDBPyConnection, root: Path, files: list[Path]) -> pa.Table:
+    base = root if root.is_dir() else root.parent
+    records: list[_RawRecord] = []
+    for path in files:
+        source = path.relative_to(base).as_posix()
+        mtime_us = int(path.stat().st_mtime * 1_000_000)
+        if path.suffix in JSONL_SUFFIXES:
+            records.extend(_jsonl_records(path, source, mtime_us))
+        elif path.suffix == ".parquet":
+            records.extend(_parquet_records(con, path, source, mtime_us))
+        else:
+            records.extend(_history_records(path, source, mtime_us))
+    columns = ("source", "line", "raw", "raw_bytes", "pre_reason", "pre_detail", "file_mtime_us")
+    types = (pa.string(), pa.int64(), pa.string(), pa.int64(), pa.string(), pa.string(), pa.int64())
+    return pa.table(
+        {name: pa.array([getattr(r, name) for r in records], type=t) for name, t in zip(columns, types)}
+    )
+
+
+def _to_us(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def _from_us(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def hash_message(fields: dict[str, Any]) -> str:
+    """sha256 over a message's fields except its key: equal hashes mean a re-sent message."""
+    canonical = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class _ValidatedCache:
+    """The validated records of one transcript folder, kept in an in-memory DuckDB table.
+
+    A run over many partitions scans the files once; any change to the files (their list,
+    sizes or modification times) or to the settings rebuilds it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple | None = None
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self.files = 0
+
+    def query(self, root: Path, timezone: str, max_bytes: int, name: str, params: dict) -> list[tuple]:
+        with self._lock:
+            probe = duckdb.connect()
+            try:
+                files = discover_files(probe, root)
+            finally:
+                probe.close()
+            stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+            key = (str(root), timezone, max_bytes, tuple(stats))
+            if key != self._key or self._con is None:
+                self._rebuild(root, files, timezone, max_bytes)
+                self._key, self.files = key, len(files)
+            return self._con.execute(query(name), params).fetchall()
+
+    def _rebuild(self, root: Path, files: list[Path], timezone: str, max_bytes: int) -> None:
+        if self._con is not None:
+            self._con.close()
+        self._con = con = duckdb.connect()
+        # Times written without a zone are read in the configured zone.
+        con.execute("SET TimeZone = $tz", {"tz": timezone})
+        con.register("raw_records", _read_raw(con, root, files))
+        con.execute(query("scan_records"), {"max_bytes": max_bytes})
+        con.unregister("raw_records")
+
+
+_cache = _ValidatedCache()
+
+
+def _strip_nul(text: str) -> str:
+    return text.replace("\x00", "")
+
+
+def _row_to_result(row: tuple) -> Message | QuarantinedRecord:
+    (source, line, raw_bytes, reason, detail, raw, session_id, user_id, seq, role, content,
+     ts_us, agent_id, tool_name, tool_call_id, tool_args, metadata, _event_us) = row
+    if reason is not None:
+        # PostgreSQL text cannot hold NUL; the refused record keeps everything else.
+        return QuarantinedRecord(
+            source, line, QuarantineReason(reason), _strip_nul(detail), _strip_nul(raw), raw_bytes,
+            _strip_nul(session_id) if session_id is not None else None, seq,
+        )
+    args = json.loads(tool_args) if tool_args is not None else None
+    meta = json.loads(metadata) if metadata is not None else {}
+    fields = {"user_id": user_id, "role": role, "content": content, "ts_us": ts_us, "agent_id": agent_id,
+              "tool_name": tool_name, "tool_args": args, "tool_call_id": tool_call_id, "metadata": meta}
+    return Message(
+        session_id=session_id, seq=seq, user_id=user_id, role=role, content=content, ts=_from_us(ts_us),
+        content_hash=hash_message(fields), source_file=source, source_line=line, agent_id=agent_id,
+        tool_name=tool_name, tool_args=args, tool_call_id=tool_call_id, metadata=meta,
+    )
+
+
+def scan_transcripts(root: Path, window: TimeWindow, *, timezone: str = "UTC",
+                     max_bytes: int = 1_000_000) -> TranscriptScan:
+    """Every record under `root` whose event time falls in `window`, validated."""
+    rows = _cache.query(root, timezone, max_bytes, "window_records",
+                        {"start_us": _to_us(window.start), "end_us": _to_us(window.end)})
+    results = [_row_to_result(row) for row in rows]
+    return TranscriptScan(
+        window=window,
+        messages=tuple(r for r in results if isinstance(r, Message)),
+        quarantined=tuple(r for r in results if isinstance(r, QuarantinedRecord)),
+        files=_cache.files,
+    )
+
+
+def transcript_date_range(root: Path, *, timezone: str = "UTC", max_bytes: int = 1_000_000):
+    """The first and last UTC day any record under `root` is attributed to, or None."""
+    (first, last), = _cache.query(root, timezone, max_bytes, "event_range", {})
+    if first is None:
+        return None
+    return _from_us(first).date(), _from_us(last).date()

@@ -1,0 +1,22 @@
+-- name: create_schema_migrations
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text        NOT NULL,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: applied_migrations
+SELECT version, checksum FROM schema_migrations ORDER BY version;
+
+-- name: record_migration
+INSERT INTO schema_migrations (version, name, checksum)
+VALUES (%(version)s, %(name)s, %(checksum)s);
+
+-- name: extension_installed
+SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = %(name)s);
+
+-- name: list_tables
+SELECT table_name FROM information_schema.tables
+WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' AND table_name <> 'schema_migrations'
+ORDER BY table_name;

@@ -1,0 +1,142 @@
+-- DuckDB queries over transcript files (not PostgreSQL).
+
+-- name: scan_glob
+SELECT file FROM glob($pattern) ORDER BY file;
+
+-- name: scan_parquet_rows
+-- insertion order is preserved by default, so row_number() is the file's row number
+SELECT row_number() OVER () AS line, to_json(p)::VARCHAR AS raw
+FROM read_parquet($path) AS p;
+
+-- name: scan_records
+-- Validates every raw record of `raw_records` in one pass and attributes it to an event
+-- time: its own `ts`, else the nearest datable record of the same file, else the file's
+-- modification time.
+CREATE OR REPLACE TABLE validated_records AS
+WITH parsed AS (
+    SELECT r.*,
+           json_valid(r.raw) AS is_json,
+           CASE WHEN json_valid(r.raw) AND json_type(r.raw) = 'OBJECT' THEN r.raw::JSON END AS j
+    FROM raw_records AS r
+), fields AS (
+    SELECT p.*,
+           json_type(j, '$.session_id')   AS t_session_id, j ->> '$.session_id'   AS session_id,
+           json_type(j, '$.user_id')      AS t_user_id,    j ->> '$.user_id'      AS user_id,
+           json_type(j, '$.seq')          AS t_seq,        j ->> '$.seq'          AS seq_text,
+           json_type(j, '$.role')         AS t_role,       j ->> '$.role'         AS role,
+           json_type(j, '$.content')      AS t_content,    j ->> '$.content'      AS content,
+           json_type(j, '$.ts')           AS t_ts,         j ->> '$.ts'           AS ts_text,
+           json_type(j, '$.agent_id')     AS t_agent_id,   j ->> '$.agent_id'     AS agent_id,
+           json_type(j, '$.tool_name')    AS t_tool_name,  j ->> '$.tool_name'    AS tool_name,
+           json_type(j, '$.tool_call_id') AS t_tool_call_id, j ->> '$.tool_call_id' AS tool_call_id,
+           json_type(j, '$.tool_args')    AS t_tool_args,  j ->> '$.tool_args'    AS tool_args_text,
+           json_type(j, '$.metadata')     AS t_metadata,   j ->> '$.metadata'     AS metadata_text,
+           list_filter(['session_id', 'user_id', 'seq', 'role', 'content', 'ts'],
+                       lambda f: coalesce(json_type(j, '$.' || f), 'NULL') = 'NULL') AS missing
+    FROM parsed AS p
+), timed AS (
+    SELECT f.*,
+           CASE
+               WHEN t_ts IN ('BIGINT', 'UBIGINT')
+                   THEN try(timezone('UTC', make_timestamp(try_cast(ts_text AS BIGINT) // 1000)))
+               WHEN t_ts = 'VARCHAR' AND regexp_full_match(
+                        ts_text,
+                        '\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}(:?\d{2})?)?')
+                   THEN try_cast(ts_text AS TIMESTAMPTZ)
+           END AS ts_raw
+    FROM fields AS f
+), bounded AS (
+    SELECT t.*,
+           CASE WHEN ts_raw >= TIMESTAMPTZ '2000-01-01 00:00:00+00'
+                 AND ts_raw < TIMESTAMPTZ '2200-01-01 00:00:00+00' THEN ts_raw END AS ts
+    FROM timed AS t
+), judged AS (
+    SELECT b.*,
+           CASE
+               WHEN pre_reason IS NOT NULL THEN pre_reason
+               WHEN raw_bytes > $max_bytes THEN 'too_large'
+               WHEN NOT is_json THEN 'malformed_json'
+               WHEN j IS NULL THEN 'not_an_object'
+               WHEN len(missing) > 0 THEN 'missing_field'
+               WHEN t_session_id <> 'VARCHAR' OR t_user_id <> 'VARCHAR' OR t_role <> 'VARCHAR'
+                 OR t_content <> 'VARCHAR' OR t_seq NOT IN ('BIGINT', 'UBIGINT')
+                 OR t_ts NOT IN ('VARCHAR', 'BIGINT', 'UBIGINT')
+                 OR coalesce(t_agent_id, 'NULL') NOT IN ('VARCHAR', 'NULL')
+                 OR coalesce(t_tool_name, 'NULL') NOT IN ('VARCHAR', 'NULL')
+                 OR coalesce(t_tool_call_id, 'NULL') NOT IN ('VARCHAR', 'NULL')
+                 OR coalesce(t_tool_args, 'NULL') NOT IN ('OBJECT', 'VARCHAR', 'NULL')
+                 OR coalesce(t_metadata, 'NULL') NOT IN ('OBJECT', 'VARCHAR', 'NULL')
+                 OR (t_tool_args = 'VARCHAR' AND NOT coalesce(json_valid(tool_args_text) AND json_type(tool_args_text) = 'OBJECT', false))
+                 OR (t_metadata = 'VARCHAR' AND NOT coalesce(json_valid(metadata_text) AND json_type(metadata_text) = 'OBJECT', false))
+                 OR try_cast(seq_text AS BIGINT) IS NULL OR try_cast(seq_text AS BIGINT) < 0
+                 OR trim(session_id) = '' OR trim(user_id) = ''
+                   THEN 'invalid_type'
+               WHEN role NOT IN ('user', 'assistant', 'tool', 'system') THEN 'unknown_role'
+               WHEN ts IS NULL THEN 'invalid_timestamp'
+               WHEN contains(content, chr(0)) OR contains(session_id, chr(0)) OR contains(user_id, chr(0))
+                 OR contains(coalesce(agent_id, ''), chr(0)) OR contains(coalesce(tool_name, ''), chr(0))
+                 OR contains(coalesce(tool_call_id, ''), chr(0))
+                 OR contains(coalesce(tool_args_text, ''), '\u0000') OR contains(coalesce(metadata_text, ''), '\u0000')
+                   THEN 'nul_byte'
+           END AS reason
+    FROM bounded AS b
+), attributed AS (
+    SELECT j2.*,
+           coalesce(
+               ts,
+               last_value(ts IGNORE NULLS) OVER (PARTITION BY source ORDER BY line
+                                                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
+               first_value(ts IGNORE NULLS) OVER (PARTITION BY source ORDER BY line
+                                                  ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING),
+               timezone('UTC', make_timestamp(file_mtime_us))
+           ) AS event_ts
+    FROM judged AS j2
+)
+SELECT source, line, raw_bytes, reason,
+       CASE WHEN pre_reason IS NOT NULL THEN pre_detail ELSE CASE reason
+           WHEN 'too_large' THEN 'record of ' || raw_bytes || ' bytes exceeds the cap of ' || $max_bytes || ' bytes'
+           WHEN 'malformed_json' THEN 'not valid JSON'
+           WHEN 'not_an_object' THEN 'a message must be a JSON object, got ' || CASE json_type(raw)
+               WHEN 'VARCHAR' THEN 'a string' WHEN 'ARRAY' THEN 'an array' WHEN 'NULL' THEN 'null'
+               WHEN 'BOOLEAN' THEN 'a boolean' ELSE 'a number' END
+           WHEN 'missing_field' THEN 'missing required field(s): ' || array_to_string(missing, ', ')
+           WHEN 'invalid_type' THEN 'ill-typed field(s): '
+               || array_to_string(list_filter([
+                      CASE WHEN t_session_id <> 'VARCHAR' OR trim(session_id) = '' THEN 'session_id must be a non-empty string' END,
+                      CASE WHEN t_user_id <> 'VARCHAR' OR trim(user_id) = '' THEN 'user_id must be a non-empty string' END,
+                      CASE WHEN t_seq NOT IN ('BIGINT', 'UBIGINT') OR try_cast(seq_text AS BIGINT) IS NULL
+                             OR try_cast(seq_text AS BIGINT) < 0 THEN 'seq must be a non-negative integer' END,
+                      CASE WHEN t_role <> 'VARCHAR' THEN 'role must be a string' END,
+                      CASE WHEN t_content <> 'VARCHAR' THEN 'content must be a string' END,
+                      CASE WHEN t_ts NOT IN ('VARCHAR', 'BIGINT', 'UBIGINT') THEN 'ts must be an RFC 3339 string or epoch nanoseconds' END,
+                      CASE WHEN coalesce(t_agent_id, 'NULL') NOT IN ('VARCHAR', 'NULL') THEN 'agent_id must be a string' END,
+                      CASE WHEN coalesce(t_tool_name, 'NULL') NOT IN ('VARCHAR', 'NULL') THEN 'tool_name must be a string' END,
+                      CASE WHEN coalesce(t_tool_call_id, 'NULL') NOT IN ('VARCHAR', 'NULL') THEN 'tool_call_id must be a string' END,
+                      CASE WHEN coalesce(t_tool_args, 'NULL') NOT IN ('OBJECT', 'VARCHAR', 'NULL')
+                             OR (t_tool_args = 'VARCHAR' AND NOT coalesce(json_valid(tool_args_text) AND json_type(tool_args_text) = 'OBJECT', false))
+                           THEN 'tool_args must be a JSON object' END,
+                      CASE WHEN coalesce(t_metadata, 'NULL') NOT IN ('OBJECT', 'VARCHAR', 'NULL')
+                             OR (t_metadata = 'VARCHAR' AND NOT coalesce(json_valid(metadata_text) AND json_type(metadata_text) = 'OBJECT', false))
+                           THEN 'metadata must be a JSON object' END
+                  ], lambda m: m IS NOT NULL), '; ')
+           WHEN 'unknown_role' THEN 'unknown role ' || to_json(role)::VARCHAR || ' (expected user, assistant, tool or system)'
+           WHEN 'invalid_timestamp' THEN 'unparsable or out-of-range timestamp ' || left(coalesce(ts_text, ''), 80)
+           WHEN 'nul_byte' THEN 'a text field holds a NUL character'
+       END END AS detail,
+       left(raw, 4000) AS raw,
+       CASE WHEN t_session_id = 'VARCHAR' THEN session_id END AS session_id,
+       user_id, try_cast(seq_text AS BIGINT) AS seq, role, content,
+       epoch_us(ts) AS ts_us,
+       agent_id, tool_name, tool_call_id,
+       CASE WHEN t_tool_args IN ('OBJECT', 'VARCHAR') THEN tool_args_text END AS tool_args,
+       CASE WHEN t_metadata IN ('OBJECT', 'VARCHAR') THEN metadata_text END AS metadata,
+       epoch_us(event_ts) AS event_us
+FROM attributed;
+
+-- name: window_records
+SELECT * FROM validated_records
+WHERE event_us >= $start_us AND event_us < $end_us
+ORDER BY source, line;
+
+-- name: event_range
+SELECT min(event_us), max(event_us) FROM validated_records;

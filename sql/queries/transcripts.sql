@@ -1,0 +1,46 @@
+-- name: lock_transcript_writes
+-- Serializes read-decide-write of the archive across runs (released at commit).
+SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.transcripts'));
+
+-- name: stored_messages
+SELECT session_id, seq, content_hash, user_id
+FROM messages
+WHERE session_id = ANY(%(session_ids)s);
+
+-- name: session_owners
+SELECT session_id, user_id FROM sessions WHERE session_id = ANY(%(session_ids)s);
+
+-- name: copy_messages
+COPY messages (session_id, seq, user_id, agent_id, role, content, ts, tool_name, tool_args,
+               tool_call_id, metadata, content_hash, source_file, source_line, ingested_run_id)
+FROM STDIN;
+
+-- name: insert_quarantine
+INSERT INTO quarantine (source_file, source_line, reason, detail, raw, raw_bytes, session_id, seq,
+                        partition_key, run_id)
+VALUES (%(source_file)s, %(source_line)s, %(reason)s, %(detail)s, %(raw)s, %(raw_bytes)s,
+        %(session_id)s, %(seq)s, %(partition_key)s, %(run_id)s)
+ON CONFLICT (source_file, source_line, reason) DO NOTHING;
+
+-- name: refresh_sessions
+-- Recomputes the touched sessions from the archive; rows that did not change are not written.
+INSERT INTO sessions AS s (session_id, user_id, agent_id, first_message_at, last_active, message_count)
+SELECT session_id,
+       min(user_id),
+       (array_agg(agent_id ORDER BY seq) FILTER (WHERE agent_id IS NOT NULL))[1],
+       min(ts), max(ts), count(*)
+FROM messages
+WHERE session_id = ANY(%(session_ids)s)
+GROUP BY session_id
+ON CONFLICT (session_id) DO UPDATE
+SET user_id = EXCLUDED.user_id,
+    agent_id = EXCLUDED.agent_id,
+    first_message_at = EXCLUDED.first_message_at,
+    last_active = EXCLUDED.last_active,
+    message_count = EXCLUDED.message_count
+WHERE (s.user_id, s.agent_id, s.first_message_at, s.last_active, s.message_count)
+      IS DISTINCT FROM
+      (EXCLUDED.user_id, EXCLUDED.agent_id, EXCLUDED.first_message_at, EXCLUDED.last_active, EXCLUDED.message_count);
+
+-- name: table_row_count
+SELECT count(*) FROM {table};

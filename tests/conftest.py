@@ -1,0 +1,61 @@
+"""One embedded PostgreSQL per test session; a template database cloned for each test."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from memory_pipelines.db import embedded
+from memory_pipelines.db.connection import close_pools
+from memory_pipelines.db.migrations import migrate
+from tests.helpers import with_database
+
+TEMPLATE_DB = "mp_template"
+
+
+def _admin(url: str, statement: str, *names: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL(statement).format(*(sql.Identifier(n) for n in names)))
+
+
+@pytest.fixture(scope="session")
+def pg_home(tmp_path_factory) -> Path:
+    # A short path: the server's Unix socket lives in its data folder.
+    return Path(tmp_path_factory.mktemp("pg"))
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(pg_home):
+    url = embedded.start(pg_home)
+    _admin(url, "DROP DATABASE IF EXISTS {}", TEMPLATE_DB)
+    _admin(url, "CREATE DATABASE {}", TEMPLATE_DB)
+    migrate(with_database(url, TEMPLATE_DB))
+    yield url
+    close_pools()
+    embedded.stop(pg_home)
+
+
+@pytest.fixture
+def database_url(pg_admin_url, monkeypatch) -> str:
+    """A fresh, migrated database for one test; MEMORY_DATABASE_URL points at it."""
+    name = "t_" + uuid.uuid4().hex[:16]
+    _admin(pg_admin_url, "CREATE DATABASE {} TEMPLATE {}", name, TEMPLATE_DB)
+    url = with_database(pg_admin_url, name)
+    monkeypatch.setenv("MEMORY_DATABASE_URL", url)
+    yield url
+    close_pools()
+    _admin(pg_admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path_factory, monkeypatch):
+    """Tests never touch the developer's own state folder or Dagster instance."""
+    base = tmp_path_factory.getbasetemp()
+    monkeypatch.setenv("MEMORY_HOME", str(base / "memory-home"))
+    monkeypatch.setenv("DAGSTER_HOME", str(base / "dagster-home"))
+    monkeypatch.delenv("MEMORY_DATABASE_URL", raising=False)
+    monkeypatch.delenv("MEMORY_TRANSCRIPTS", raising=False)

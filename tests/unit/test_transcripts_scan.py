@@ -1,0 +1,189 @@
+"""DuckDB scanning and validation of transcript files (no database)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import jsonschema
+import pytest
+
+from memory_pipelines.config import PACKAGE_DIR, SAMPLE_BAD_INPUT
+from memory_pipelines.models import QuarantineReason, TimeWindow
+from memory_pipelines.transcripts import scan_transcripts, transcript_date_range
+
+ALL_TIME = TimeWindow(datetime(2000, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC))
+SCHEMA = json.loads((PACKAGE_DIR / "schemas" / "transcript_message.schema.json").read_text())
+
+# file -> reasons of the records it must quarantine (the rest of its lines are valid)
+EXPECTED_BAD = {
+    "malformed_json.jsonl": ["malformed_json"],
+    "missing_field.jsonl": ["missing_field", "missing_field"],
+    "invalid_type.jsonl": ["invalid_type"] * 3,
+    "unknown_role.jsonl": ["unknown_role"],
+    "invalid_timestamp.jsonl": ["invalid_timestamp"] * 3,
+    "invalid_utf8.jsonl": ["invalid_utf8"],
+    "nul_byte.jsonl": ["nul_byte", "nul_byte"],
+    "too_large.jsonl": ["too_large"],
+    "not_an_object.jsonl": ["not_an_object", "not_an_object"],
+    "conflicting_duplicate.jsonl": [],  # refused later, against the archive (see test_ingest_plan)
+    "user_mismatch.jsonl": [],
+    "broken_history/history.json": ["malformed_json"],
+    "corrupt.parquet": ["unreadable_file"],
+}
+
+
+def _msg(seq, ts, **extra):
+    record = {"session_id": "s1", "user_id": "u1", "seq": seq, "role": "user", "content": f"m{seq}", "ts": ts}
+    record.update(extra)
+    return record
+
+
+def _write_jsonl(path: Path, records) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_every_bad_input_file_is_quarantined_with_its_reason():
+    scan = scan_transcripts(SAMPLE_BAD_INPUT, ALL_TIME)
+    got: dict[str, list[str]] = {}
+    for record in scan.quarantined:
+        got.setdefault(record.source_file, []).append(str(record.reason))
+        assert record.detail, record
+    assert {f: sorted(v) for f, v in got.items()} == {f: sorted(v) for f, v in EXPECTED_BAD.items() if v}
+    # nothing lost: every non-blank line of every JSONL file is either a message or refused
+    lines = sum(
+        sum(1 for line in p.read_bytes().split(b"\n") if line.strip())
+        for p in SAMPLE_BAD_INPUT.glob("*.jsonl")
+    )
+    jsonl_quarantined = sum(1 for r in scan.quarantined if r.source_file.endswith(".jsonl"))
+    assert len(scan.messages) + jsonl_quarantined == lines
+
+
+def test_valid_lines_of_a_bad_file_still_load():
+    scan = scan_transcripts(SAMPLE_BAD_INPUT / "malformed_json.jsonl", ALL_TIME)
+    assert [m.seq for m in scan.messages] == [1, 3]
+    assert [r.source_line for r in scan.quarantined] == [2]
+
+
+def test_quarantine_keeps_raw_text_capped_and_full_size():
+    scan = scan_transcripts(SAMPLE_BAD_INPUT / "too_large.jsonl", ALL_TIME)
+    [big] = scan.quarantined
+    assert big.reason is QuarantineReason.TOO_LARGE
+    assert len(big.raw) == 4000 and big.raw_bytes > 1_000_000
+    assert "1000000" in big.detail
+
+
+def test_size_cap_is_configurable(tmp_path):
+    path = _write_jsonl(tmp_path / "a.jsonl", [_msg(1, "2026-10-01T10:00:00Z", content="x" * 500)])
+    assert len(scan_transcripts(path, ALL_TIME, max_bytes=10_000).messages) == 1
+    assert [r.reason for r in scan_transcripts(path, ALL_TIME, max_bytes=200).quarantined] == [QuarantineReason.TOO_LARGE]
+
+
+def test_timestamps_offsets_naive_zone_and_epoch_nanoseconds(tmp_path):
+    path = _write_jsonl(tmp_path / "t.jsonl", [
+        _msg(1, "2026-10-01T10:00:00Z"),
+        _msg(2, "2026-10-01T12:00:00+02:00"),
+        _msg(3, "2026-10-01T12:00:00"),  # no zone: read in the configured zone
+        _msg(4, 1759313045123456789),  # epoch ns: 2025-10-01T10:04:05.123456Z (microseconds kept)
+    ])
+    berlin = {m.seq: m.ts for m in scan_transcripts(path, ALL_TIME, timezone="Europe/Berlin").messages}
+    assert berlin[1] == datetime(2026, 10, 1, 10, tzinfo=UTC)
+    assert berlin[2] == datetime(2026, 10, 1, 10, tzinfo=UTC)
+    assert berlin[3] == datetime(2026, 10, 1, 10, tzinfo=UTC)  # CEST is UTC+2
+    assert berlin[4] == datetime(2025, 10, 1, 10, 4, 5, 123456, tzinfo=UTC)
+    utc = {m.seq: m.ts for m in scan_transcripts(path, ALL_TIME, timezone="UTC").messages}
+    assert utc[3] == datetime(2026, 10, 1, 12, tzinfo=UTC)
+
+
+def test_window_filter_is_half_open_on_utc_days(tmp_path):
+    path = _write_jsonl(tmp_path / "w.jsonl", [
+        _msg(1, "2026-10-01T23:59:59.999999Z"),
+        _msg(2, "2026-10-02T00:00:00Z"),
+        _msg(3, "2026-10-02T01:30:00+02:00"),  # 23:30 UTC on the 1st
+    ])
+    day1 = TimeWindow(datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 2, tzinfo=UTC))
+    assert [m.seq for m in scan_transcripts(path, day1).messages] == [1, 3]
+    day2 = TimeWindow(day1.end, day1.end + timedelta(days=1))
+    assert [m.seq for m in scan_transcripts(path, day2).messages] == [2]
+
+
+def test_undatable_record_follows_its_neighbours_day(tmp_path):
+    path = tmp_path / "n.jsonl"
+    path.write_text(
+        json.dumps(_msg(1, "2026-10-03T08:00:00Z")) + "\n{broken\n" + json.dumps(_msg(3, "2026-10-05T08:00:00Z")) + "\n"
+    )
+    day3 = TimeWindow(datetime(2026, 10, 3, tzinfo=UTC), datetime(2026, 10, 4, tzinfo=UTC))
+    scan = scan_transcripts(path, day3)
+    assert [m.seq for m in scan.messages] == [1]
+    assert [(r.source_line, r.reason) for r in scan.quarantined] == [(2, QuarantineReason.MALFORMED_JSON)]
+
+
+def test_wholly_undatable_file_is_attributed_to_its_modification_day(tmp_path):
+    broken = tmp_path / "h" / "history.json"
+    shutil.copytree(SAMPLE_BAD_INPUT / "broken_history", broken.parent)
+    moment = datetime(2026, 10, 7, 12, tzinfo=UTC).timestamp()
+    os.utime(broken, (moment, moment))
+    day7 = TimeWindow(datetime(2026, 10, 7, tzinfo=UTC), datetime(2026, 10, 8, tzinfo=UTC))
+    assert [r.reason for r in scan_transcripts(tmp_path, day7).quarantined] == [QuarantineReason.MALFORMED_JSON]
+    assert transcript_date_range(tmp_path) == (day7.start.date(), day7.start.date())
+
+
+def test_parquet_and_history_json_read_like_jsonl(tmp_path):
+    records = [_msg(1, "2026-10-01T10:00:00Z"), _msg(2, "2026-10-01T10:01:00Z", role="assistant",
+                                                    tool_name="shell", tool_args={"command": "ls"}, tool_call_id="c1")]
+    jsonl = _write_jsonl(tmp_path / "j" / "a.jsonl", records)
+    history = tmp_path / "h" / "s1" / "history.json"
+    history.parent.mkdir(parents=True)
+    history.write_text(json.dumps(records))
+    parquet = tmp_path / "p" / "a.parquet"
+    parquet.parent.mkdir()
+    with duckdb.connect() as con:
+        con.execute(
+            "COPY (SELECT session_id, user_id, seq, role, content, ts, tool_name, "
+            "CAST(tool_args AS VARCHAR) AS tool_args, tool_call_id FROM read_json($p, columns={"
+            "session_id: 'VARCHAR', user_id: 'VARCHAR', seq: 'BIGINT', role: 'VARCHAR', content: 'VARCHAR', "
+            "ts: 'VARCHAR', tool_name: 'VARCHAR', tool_args: 'JSON', tool_call_id: 'VARCHAR'})) TO '" + str(parquet)
+            + "' (FORMAT parquet)", {"p": str(jsonl)})
+
+    def shape(root):
+        return [(m.session_id, m.seq, m.role, m.content, m.ts, m.tool_name, m.tool_args, m.content_hash)
+                for m in scan_transcripts(root, ALL_TIME).messages]
+
+    assert shape(jsonl.parent) == shape(history.parent.parent) == shape(parquet.parent)
+    assert shape(jsonl.parent)[1][6] == {"command": "ls"}
+
+
+def test_content_hash_tells_resent_from_changed(tmp_path):
+    path = _write_jsonl(tmp_path / "d.jsonl", [
+        _msg(1, "2026-10-01T10:00:00Z"), _msg(1, "2026-10-01T10:00:00Z"), _msg(1, "2026-10-01T10:00:00Z", content="other"),
+    ])
+    hashes = [m.content_hash for m in scan_transcripts(path, ALL_TIME).messages]
+    assert hashes[0] == hashes[1] != hashes[2]
+
+
+def test_missing_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(RuntimeError, match="does not exist"):
+        scan_transcripts(tmp_path / "nope", ALL_TIME)
+
+
+def test_json_schema_agrees_with_the_validator():
+    """Sample lines pass the shipped JSON Schema; lines refused for field reasons fail it."""
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    for path in (PACKAGE_DIR / "sample_data" / "transcripts").rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            validator.validate(json.loads(line))
+    field_reasons = {"missing_field", "invalid_type", "unknown_role", "invalid_timestamp", "not_an_object"}
+    refused = Counter()
+    for record in scan_transcripts(SAMPLE_BAD_INPUT, ALL_TIME).quarantined:
+        if str(record.reason) in field_reasons and record.source_line > 0:
+            line = (SAMPLE_BAD_INPUT / record.source_file).read_text().splitlines()[record.source_line - 1]
+            assert not validator.is_valid(json.loads(line)), line
+            refused[str(record.reason)] += 1
+    assert set(refused) == field_reasons
