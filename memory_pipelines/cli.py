@@ -96,7 +96,9 @@ def cmd_db(args: argparse.Namespace) -> int:
         if external:
             print("MEMORY_DATABASE_URL is set: nothing to start")
         else:
-            print(f"running: {embedded.start(settings.home)}")
+            url = embedded.start(settings.home)
+            migrate(url)
+            print(f"running: {url}")
     elif args.action == "stop":
         if external:
             print("MEMORY_DATABASE_URL is set: nothing to stop")

@@ -1,0 +1,170 @@
+"""The `memory-pipelines` command, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from memory_pipelines.config import SAMPLE_TRANSCRIPTS
+from memory_pipelines.db import embedded
+from tests.helpers import table_fingerprints
+
+ENTRY = Path(sys.executable).parent / "memory-pipelines"
+
+
+def cli(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ENTRY), *args], capture_output=True, text=True, env=env or os.environ.copy(),
+                          timeout=timeout)
+
+
+def test_entry_point_is_installed():
+    assert ENTRY.exists()
+    result = cli("--help")
+    assert result.returncode == 0 and "run" in result.stdout and "db" in result.stdout
+
+
+def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
+    folder = tmp_path / "t"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder)
+    first = cli("run", "--transcripts", str(folder))
+    assert first.returncode == 0, first.stderr
+    assert "[1/" in first.stdout and "transcripts:" in first.stdout
+    with psycopg.connect(database_url) as conn:
+        stored = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    assert stored > 0
+    assert f"messages" in first.stdout and str(stored) in first.stdout
+    before = table_fingerprints(database_url)
+    again = cli("run", "--transcripts", str(folder), "--start", "2026-10-02", "--end", "2026-10-03")
+    assert again.returncode == 0, again.stderr
+    assert "partitions:  2026-10-02 .. 2026-10-03 (2 days)" in again.stdout
+    assert table_fingerprints(database_url) == before
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--transcripts", "/nonexistent/place"], "transcript path does not exist"),
+    (["run", "--start", "2026-10-05", "--end", "2026-10-01"], "is before --start"),
+    (["run", "--start", "yesterday"], "--start must be a date"),
+    (["run", "--start", "1999-01-01", "--end", "1999-01-02"], "dates must lie between"),
+])
+def test_run_errors_are_one_line_and_non_zero(database_url, args, message):
+    result = cli(*args)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_db_url_and_status_with_an_external_database(database_url):
+    assert cli("db", "url").stdout.strip() == database_url
+    status = cli("db", "status")
+    assert status.returncode == 0 and "external" in status.stdout and "vector:   installed" in status.stdout
+
+
+def _psql_count(url: str, statement: str) -> int:
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    psql = shutil.which("psql") or str(POSTGRES_BIN_PATH / "psql")
+    out = subprocess.run([psql, url, "-tAc", statement], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.strip())
+
+
+@pytest.mark.slow
+def test_embedded_default_run_then_psql_then_rerun_identical(tmp_path):
+    """The README's first command on the embedded default database, end to end."""
+    env = os.environ.copy()
+    env.pop("MEMORY_DATABASE_URL", None)
+    env["MEMORY_HOME"] = str(tmp_path / "h")
+    env["DAGSTER_HOME"] = str(tmp_path / "dagster")
+    try:
+        first = cli("run", env=env)
+        assert first.returncode == 0, first.stderr
+        assert "2026-10-01 .. 2026-10-14 (14 days)" in first.stdout
+        url = cli("db", "url", env=env).stdout.strip()
+        assert url.startswith("postgresql://")
+        assert _psql_count(url, "select count(*) from messages") == 655
+        before = table_fingerprints(url)
+        assert cli("run", env=env).returncode == 0
+        assert table_fingerprints(url) == before
+    finally:
+        cli("db", "stop", env=env)
+    assert not embedded.status(Path(env["MEMORY_HOME"])).running
+
+
+def test_embedded_server_start_stop_and_dead_pid_cleanup(tmp_path):
+    home = tmp_path / "h"
+    env = os.environ.copy()
+    env.pop("MEMORY_DATABASE_URL", None)
+    env["MEMORY_HOME"] = str(home)
+    try:
+        started = cli("db", "start", env=env)
+        assert started.returncode == 0 and "running:" in started.stdout, started.stderr
+        assert "RuntimeDirWarning" not in started.stderr
+        status = cli("db", "status", env=env)
+        assert "running, pid" in status.stdout and "pg_trgm:  installed" in status.stdout
+        # a process that joins the server and is then killed leaves its pid behind
+        victim = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys, time; from pathlib import Path; from memory_pipelines.db import embedded; "
+             "embedded.start(Path(sys.argv[1])); print('joined', flush=True); time.sleep(60)", str(home)],
+            stdout=subprocess.PIPE, text=True, env=env)
+        assert victim.stdout.readline().strip() == "joined"
+        pids_file = home / "pgdata" / embedded.PIDS_FILE
+        assert victim.pid in json.loads(pids_file.read_text())
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        assert cli("db", "start", env=env).returncode == 0
+        assert victim.pid not in json.loads(pids_file.read_text())
+        stopped = cli("db", "stop", env=env)
+        assert stopped.stdout.strip() == "stopped"
+        assert not embedded.status(home).running
+        assert "stopped" in cli("db", "status", env=env).stdout
+        assert cli("db", "stop", env=env).stdout.strip() == "not running"
+    finally:
+        embedded.stop(home)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_ui_serves_the_asset_graph_and_stops_on_sigterm(database_url, tmp_path):
+    import time
+
+    import httpx
+
+    port = _free_port()
+    env = os.environ.copy()
+    env["DAGSTER_HOME"] = str(tmp_path / "dagster")
+    proc = subprocess.Popen([str(ENTRY), "ui", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        nodes = None
+        while time.monotonic() < deadline and nodes is None:
+            try:
+                reply = httpx.post(f"http://127.0.0.1:{port}/graphql", timeout=5,
+                                   json={"query": "{ assetNodes { assetKey { path } groupName } }"})
+                nodes = reply.json()["data"]["assetNodes"]
+            except (httpx.HTTPError, KeyError, ValueError):
+                time.sleep(1)
+        assert nodes is not None, "the UI did not come up"
+        assert {"assetKey": {"path": ["transcripts"]}, "groupName": "ingestion"} in nodes
+        assert (tmp_path / "dagster" / "dagster.yaml").read_text().count("enabled: false") == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
