@@ -2,10 +2,11 @@
 
 import dagster as dg
 
+from assets.distillation import conversation_segments, session_summaries
 from assets.resources import resources_from_env
 from assets.transcripts import transcripts
 
-all_assets = [transcripts]
+all_assets = [transcripts, conversation_segments, session_summaries]
 
 distill_job = dg.define_asset_job(
     "distill",

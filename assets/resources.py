@@ -11,6 +11,9 @@ import psycopg
 
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS, default_home
 from memory_pipelines.db.connection import get_pool, resolve_url
+from memory_pipelines.llm import ModelBackend, ModelConfig, build_backend
+from memory_pipelines.llm.config import DEFAULT_MODELS, chat_config, decision_config
+from memory_pipelines.summaries import SUMMARY_CHUNK_CHARS
 
 
 class PostgresResource(dg.ConfigurableResource):
@@ -41,9 +44,57 @@ def _env_or(name: str, default):
     return dg.EnvVar(name) if os.environ.get(name, "").strip() else default
 
 
+class ModelResource(dg.ConfigurableResource):
+    """A model back end: `ollama`, `openai` (any OpenAI-compatible server) or `rules`
+    (deterministic, offline). Built once per run and closed after it."""
+
+    backend: str = "rules"
+    base_url: str = ""
+    model: str = DEFAULT_MODELS["rules"]
+    api_key: str | None = None
+    timeout_s: float = 120.0
+    retries: int = 3
+    backoff_s: float = 1.0
+    concurrency: int = 1
+
+    @classmethod
+    def from_config(cls, config: ModelConfig, *api_key_vars: str) -> "ModelResource":
+        # The key stays an EnvVar, so Dagster never shows or stores its value.
+        set_vars = [v for v in api_key_vars if os.environ.get(v, "").strip()]
+        api_key = dg.EnvVar(set_vars[0]) if config.api_key and set_vars else None
+        return cls(backend=config.backend, base_url=config.base_url, model=config.model, api_key=api_key,
+                   timeout_s=config.timeout_s, retries=config.retries, backoff_s=config.backoff_s,
+                   concurrency=config.concurrency)
+
+    def config(self) -> ModelConfig:
+        return ModelConfig(backend=self.backend, base_url=self.base_url, model=self.model, api_key=self.api_key,
+                           timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s,
+                           concurrency=self.concurrency)
+
+    @contextmanager
+    def backend_for_run(self) -> Iterator[ModelBackend]:
+        backend = build_backend(self.config())
+        try:
+            yield backend
+        finally:
+            backend.close()
+
+
+class SummarySettings(dg.ConfigurableResource):
+    """How summaries are written: reply language (`auto` follows the conversation) and
+    the size of the transcript chunk one summary call reads."""
+
+    language: str = "auto"
+    chunk_chars: int = SUMMARY_CHUNK_CHARS
+
+
 def resources_from_env() -> dict[str, dg.ConfigurableResource]:
     max_bytes = dg.EnvVar.int("MEMORY_MAX_MESSAGE_BYTES") if os.environ.get("MEMORY_MAX_MESSAGE_BYTES") else 1_000_000
+    chunk = dg.EnvVar.int("MEMORY_SUMMARY_CHUNK_CHARS") if os.environ.get("MEMORY_SUMMARY_CHUNK_CHARS") else SUMMARY_CHUNK_CHARS
     return {
+        "llm": ModelResource.from_config(chat_config(), "MEMORY_LLM_API_KEY"),
+        "decision": ModelResource.from_config(decision_config(), "MEMORY_DECISION_API_KEY", "MEMORY_LLM_API_KEY"),
+        "summary_settings": SummarySettings(language=_env_or("MEMORY_SUMMARY_LANGUAGE", "auto"), chunk_chars=chunk),
         "postgres": PostgresResource(
             database_url=_env_or("MEMORY_DATABASE_URL", None),
             home=_env_or("MEMORY_HOME", str(default_home())),

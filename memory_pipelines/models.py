@@ -103,3 +103,104 @@ class IngestPlan:
     def __post_init__(self) -> None:
         if self.read != len(self.new) + self.duplicates + len(self.quarantined):
             raise AssertionError("ingest counts do not add up")
+
+
+SUMMARY_FIELDS = ("key_decisions", "past_discussions", "current_discussion", "keys", "language")
+MAX_KEY_DECISIONS = 8
+MAX_PAST_DISCUSSIONS = 12
+MAX_KEYS = 40
+
+
+class SummaryFormatError(ValueError):
+    """A summary (from a model or the database) does not have the expected shape."""
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A session's rolling summary, as in the Agenvoy design."""
+
+    key_decisions: tuple[str, ...] = ()
+    past_discussions: tuple[str, ...] = ()
+    current_discussion: str = ""
+    keys: tuple[str, ...] = ()
+    language: str = "auto"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key_decisions": list(self.key_decisions),
+            "past_discussions": list(self.past_discussions),
+            "current_discussion": self.current_discussion,
+            "keys": list(self.keys),
+            "language": self.language,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Summary":
+        """Validate and normalize: decisions must start with `Do: ` or `Don't: ` (others are
+        dropped), lists are capped, the newest entries kept."""
+        if not isinstance(data, dict):
+            raise SummaryFormatError(f"a summary must be a JSON object, got {type(data).__name__}")
+
+        def strings(name: str) -> list[str]:
+            value = data.get(name, [])
+            if value is None:
+                return []
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise SummaryFormatError(f"summary field {name!r} must be a list of strings")
+            return [" ".join(v.split()) for v in value if v.strip()]
+
+        current = data.get("current_discussion", "") or ""
+        language = data.get("language", "auto") or "auto"
+        if not isinstance(current, str) or not isinstance(language, str):
+            raise SummaryFormatError("summary fields current_discussion and language must be strings")
+        decisions = [d for d in strings("key_decisions") if d.startswith(("Do: ", "Don't: "))]
+        return cls(
+            key_decisions=tuple(_dedupe(decisions)[-MAX_KEY_DECISIONS:]),
+            past_discussions=tuple(_dedupe(strings("past_discussions"))[-MAX_PAST_DISCUSSIONS:]),
+            current_discussion=" ".join(current.split()),
+            keys=tuple(_dedupe(strings("keys"), keep_first=True)[:MAX_KEYS]),
+            language=language.strip() or "auto",
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.key_decisions or self.past_discussions or self.current_discussion or self.keys)
+
+
+def _dedupe(items: list[str], keep_first: bool = False) -> list[str]:
+    """One entry per case-folded text, in order. By default the last occurrence stays (a
+    repeated decision counts as the newest); `keep_first` for lists ranked by importance."""
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if not (keep_first and item.casefold() in seen):
+            seen[item.casefold()] = index
+    return [items[i] for i in sorted(seen.values())]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One user message and the assistant and tool messages after it, up to the next user
+    message; a run of replies before the first user message in a window is a segment too."""
+
+    session_id: str
+    user_id: str
+    messages: tuple[Message, ...]
+
+    @property
+    def start_seq(self) -> int:
+        return self.messages[0].seq
+
+    @property
+    def end_seq(self) -> int:
+        return self.messages[-1].seq
+
+    @property
+    def segment_id(self) -> str:
+        return f"{self.session_id}:{self.start_seq}"
+
+
+@dataclass(frozen=True, slots=True)
+class NoiseVerdict:
+    noise: bool
+    confidence: float
+    reason: str | None = None

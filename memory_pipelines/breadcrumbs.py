@@ -1,0 +1,66 @@
+"""Breadcrumbs: the entities a later question will use, extracted deterministically.
+
+URLs, inline code, file paths, snake_case / CamelCase / CONSTANT / kebab-case
+identifiers, amounts with units (`4,5 GB`, `12 ms`, `80%`), `#ticket` numbers, quoted
+phrases and `port NNNN`. Ranked by kind (most specific first), then by how often they
+occur, then by first appearance.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MAX_BREADCRUMBS = 40
+
+_UNITS = r"(?:%|ms|µs|us|ns|s|sec|min|h|KB|MB|GB|TB|KiB|MiB|GiB|TiB|kB|Mbps|Gbps|rps|req/s|qps|x|°C|€|EUR|USD)"
+# (kind, pattern, group to keep); earlier kinds rank first.
+_PATTERNS: tuple[tuple[str, re.Pattern[str], int], ...] = (
+    ("url", re.compile(r"\bhttps?://[^\s<>\"'`)\]]+[^\s<>\"'`)\].,;:!?]"), 0),
+    ("code", re.compile(r"`([^`\n]{2,80})`"), 1),
+    # absolute or ./ paths, relative paths with an extension, or with two or more slashes
+    # (so "and/or" is not a path)
+    ("path", re.compile(
+        r"(?<![\w/.:-])(?:(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*|[\w.-]+(?:/[\w.-]+)+\.\w{1,8}|[\w.-]+(?:/[\w.-]+){2,})"
+        r"(?<![.,;:])(?![\w/])"), 0),
+    ("file", re.compile(r"(?<![\w/.-])[\w-]+\.(?:py|toml|ya?ml|json|jsonl|md|sql|sh|ts|tsx|js|go|rs|conf|ini|cfg|env|txt|log|csv|parquet|lock|tf)\b"), 0),
+    ("ticket", re.compile(r"(?<![\w&])#\d{2,7}\b"), 0),
+    ("port", re.compile(r"\bport\s+(\d{2,5})\b", re.IGNORECASE), 0),
+    ("amount", re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)?\s?" + _UNITS + r"(?![\w])"), 0),
+    ("constant", re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"), 0),
+    ("snake", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"), 0),
+    ("camel", re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b"), 0),
+    ("kebab", re.compile(r"\b[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b"), 0),
+    # a short phrase between quotes that starts and ends with a letter or digit
+    ("quoted", re.compile(r"[\"“«](\w[^\"”»\n=,;(){}]{1,58}\w)[\"”»]"), 1),
+)
+
+
+def extract_breadcrumbs(texts: Iterable[str], limit: int = MAX_BREADCRUMBS) -> list[str]:
+    found: dict[str, tuple[int, int, int]] = {}  # crumb -> (kind rank, -count, first position)
+    position = 0
+    for text in texts:
+        for rank, (_kind, pattern, group) in enumerate(_PATTERNS):
+            for match in pattern.finditer(text):
+                crumb = " ".join(match.group(group).split()).strip()
+                if len(crumb) < 2 or len(crumb) > 200:
+                    continue
+                position += 1
+                if crumb in found:
+                    best, count, first = found[crumb]
+                    found[crumb] = (min(best, rank), count - 1, first)
+                else:
+                    found[crumb] = (rank, -1, position)
+    ranked = sorted(found, key=lambda c: found[c])
+    return ranked[:limit]
+
+
+def merge_breadcrumbs(first: Iterable[str], then: Iterable[str], limit: int = MAX_BREADCRUMBS) -> list[str]:
+    """The union of two ranked lists: all of `first`, then `then`, without repeats."""
+    merged: list[str] = []
+    seen: set[str] = set()
+    for crumb in (*first, *then):
+        if crumb.casefold() not in seen:
+            seen.add(crumb.casefold())
+            merged.append(crumb)
+    return merged[:limit]

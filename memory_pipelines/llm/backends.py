@@ -1,0 +1,292 @@
+"""`ModelBackend`: the tasks the pipeline asks of a model, and their implementations."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from memory_pipelines.llm.config import ModelConfig
+from memory_pipelines.llm.http import HttpCallError, post_json
+from memory_pipelines.llm.prompts import FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, Prompt
+from memory_pipelines.models import Message, NoiseVerdict, Segment, Summary, SummaryFormatError
+from memory_pipelines.rules import noise as rules_noise
+from memory_pipelines.rules import summary as rules_summary
+
+# Bump when the rules change: it is the rules back end's "prompt version".
+RULES_VERSION = "rules-2026.11.1"
+TOOL_OUTPUT_CHARS = 500
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One model call, as recorded in `llm_calls`."""
+
+    purpose: str
+    backend: str
+    model: str
+    prompt_version: str
+    input_tokens: int
+    output_tokens: int
+    tokens_estimated: bool
+    latency_ms: float
+    status: str  # ok | error | unparsable
+    error: str | None = None
+    attempts: int = 1
+
+
+class ModelError(RuntimeError):
+    """A model call failed or its answer could not be used; `call` says which and why."""
+
+    def __init__(self, call: ModelCall):
+        super().__init__(f"{call.purpose} via {call.backend}/{call.model}: {call.status}: {call.error}")
+        self.call = call
+
+
+def estimate_tokens(text: str) -> int:
+    """About 4 characters a token for Latin text, one a character for CJK (no tokenizer
+    is downloaded at run time)."""
+    wide = sum(1 for ch in text if ord(ch) > 0x2E80)
+    return max(1, (len(text) - wide) // 4 + wide)
+
+
+def render_message(m: Message, tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
+    if m.role == "tool":
+        output = m.content if len(m.content) <= tool_chars else m.content[:tool_chars] + "…"
+        status = " (failed)" if m.metadata.get("is_error") else ""
+        return f"[Tool result] {m.tool_name or 'tool'}{status}: {output}"
+    if m.role == "assistant" and m.tool_name:
+        args = json.dumps(m.tool_args or {}, ensure_ascii=False, sort_keys=True)
+        call = f"[Tool call] {m.tool_name}({args})"
+        return f"Assistant: {m.content}\n{call}" if m.content.strip() else call
+    return f"{m.role.capitalize()}: {m.content}"
+
+
+def render_transcript(messages: Sequence[Message]) -> str:
+    return "\n".join(render_message(m) for m in messages)
+
+
+def _numbered(summary: Summary) -> list[tuple[int, str, str]]:
+    """(number, field, entry) for key_decisions, past_discussions and current_discussion."""
+    rows = [("key_decisions", e) for e in summary.key_decisions]
+    rows += [("past_discussions", e) for e in summary.past_discussions]
+    if summary.current_discussion:
+        rows.append(("current_discussion", summary.current_discussion))
+    return [(i + 1, field, entry) for i, (field, entry) in enumerate(rows)]
+
+
+def _numbers(data: Any, field: str) -> set[int]:
+    if not isinstance(data, dict) or not isinstance(data.get(field), list):
+        raise SummaryFormatError(f"expected {{\"{field}\": [numbers]}}")
+    return {int(n) for n in data[field] if isinstance(n, (int, float, str)) and str(n).strip().isdigit()}
+
+
+class ModelBackend(ABC):
+    """Everything the pipeline asks of a model. Each task returns its result and the
+    `ModelCall` it cost, or raises `ModelError` carrying the failed call."""
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+
+    @property
+    def name(self) -> str:
+        return self.config.backend
+
+    @property
+    def model(self) -> str:
+        return self.config.model
+
+    @abstractmethod
+    def prompt_version(self, prompt: Prompt) -> str: ...
+
+    @abstractmethod
+    def judge_segments(self, segments: Sequence[Segment]) -> tuple[list[NoiseVerdict], ModelCall]: ...
+
+    @abstractmethod
+    def find_overturned(self, previous: Summary, messages: Sequence[Message]) -> tuple[set[str], ModelCall]: ...
+
+    @abstractmethod
+    def summarize(self, previous: Summary, messages: Sequence[Message], language: str) -> tuple[Summary, ModelCall]: ...
+
+    @abstractmethod
+    def select_relevant(self, summary: Summary, request: str) -> tuple[Summary | None, ModelCall]: ...
+
+    def close(self) -> None:
+        """Release connections (HTTP back ends)."""
+
+
+class RulesBackend(ModelBackend):
+    """The deterministic offline back end: heuristics, no network (see memory_pipelines.rules)."""
+
+    def prompt_version(self, prompt: Prompt) -> str:
+        return hashlib.sha256(f"{RULES_VERSION}:{prompt.purpose}".encode()).hexdigest()[:12]
+
+    def _run(self, prompt: Prompt, input_text: str, fn: Callable[[], Any]) -> tuple[Any, ModelCall]:
+        started = time.perf_counter()
+        result = fn()
+        output = json.dumps(result, default=lambda o: o.to_json() if hasattr(o, "to_json") else str(o))
+        call = ModelCall(prompt.purpose, self.name, self.model, self.prompt_version(prompt),
+                         estimate_tokens(input_text), estimate_tokens(output), True,
+                         (time.perf_counter() - started) * 1000, "ok")
+        return result, call
+
+    def judge_segments(self, segments):
+        text = "\n\n".join(render_transcript(s.messages) for s in segments)
+        return self._run(JUDGE_SEGMENTS, text, lambda: rules_noise.judge_segments(segments))
+
+    def find_overturned(self, previous, messages):
+        text = json.dumps(previous.to_json()) + render_transcript(messages)
+        gone, call = self._run(FIND_OVERTURNED, text, lambda: sorted(rules_summary.overturned_entries(previous, messages)))
+        return set(gone), call
+
+    def summarize(self, previous, messages, language):
+        text = json.dumps(previous.to_json()) + render_transcript(messages)
+        return self._run(SUMMARIZE, text, lambda: rules_summary.summarize(previous, messages, language))
+
+    def select_relevant(self, summary, request):
+        return self._run(SELECT_RELEVANT, json.dumps(summary.to_json()) + request,
+                         lambda: rules_summary.relevant_entries(summary, request))
+
+
+class PromptedBackend(ModelBackend):
+    """A chat model over HTTP: the tasks become prompts with JSON answers."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self._client = httpx.Client(timeout=config.timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def prompt_version(self, prompt: Prompt) -> str:
+        return prompt.version
+
+    @abstractmethod
+    def _chat(self, system: str, user: str) -> tuple[str, int | None, int | None, int]:
+        """(answer text, input tokens, output tokens, attempts) from the server."""
+
+    def _ask(self, prompt: Prompt, system: str, user: str, parse: Callable[[Any], Any]) -> tuple[Any, ModelCall]:
+        started = time.perf_counter()
+
+        def call(status: str, tokens_in=None, tokens_out=None, text="", error=None, attempts=1) -> ModelCall:
+            return ModelCall(
+                prompt.purpose, self.name, self.model, prompt.version,
+                tokens_in if tokens_in is not None else estimate_tokens(system + user),
+                tokens_out if tokens_out is not None else estimate_tokens(text),
+                tokens_in is None or tokens_out is None, (time.perf_counter() - started) * 1000,
+                status, error, attempts,
+            )
+
+        try:
+            text, tokens_in, tokens_out, attempts = self._chat(system, user)
+        except HttpCallError as exc:
+            raise ModelError(call("error", error=str(exc), attempts=exc.attempts)) from exc
+        try:
+            result = parse(json.loads(text))
+        except (ValueError, TypeError, SummaryFormatError) as exc:
+            raise ModelError(call("unparsable", tokens_in, tokens_out, text, f"{exc}: {text[:200]!r}", attempts)) from exc
+        return result, call("ok", tokens_in, tokens_out, text, attempts=attempts)
+
+    def judge_segments(self, segments):
+        listing = "\n\n".join(f"### segment {s.segment_id}\n{render_transcript(s.messages)}" for s in segments)
+
+        def parse(data):
+            if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
+                raise SummaryFormatError('expected {"segments": [...]}')
+            by_id = {str(item.get("id")): item for item in data["segments"] if isinstance(item, dict)}
+            verdicts = []
+            for s in segments:
+                item = by_id.get(s.segment_id)
+                if item is None:
+                    raise SummaryFormatError(f"no verdict for segment {s.segment_id}")
+                confidence = float(item.get("confidence", 0))
+                if not 0 <= confidence <= 1:
+                    raise SummaryFormatError(f"confidence out of range: {confidence}")
+                noisy = bool(item.get("noise"))
+                verdicts.append(NoiseVerdict(noisy, confidence, (item.get("reason") or None) if noisy else None))
+            return verdicts
+
+        return self._ask(JUDGE_SEGMENTS, JUDGE_SEGMENTS.system, listing, parse)
+
+    def find_overturned(self, previous, messages):
+        entries = [row for row in _numbered(previous) if row[1] != "current_discussion"]
+        listing = "\n".join(f"{n}. [{field}] {entry}" for n, field, entry in entries)
+        user = f"Previous summary entries:\n{listing}\n\nNew segments:\n{render_transcript(messages)}"
+        by_number = {n: entry for n, _, entry in entries}
+        return self._ask(FIND_OVERTURNED, FIND_OVERTURNED.system, user,
+                         lambda data: {by_number[n] for n in _numbers(data, "overturned") if n in by_number})
+
+    def summarize(self, previous, messages, language):
+        system = SUMMARIZE.system.format(
+            language="the conversation's own language" if language == "auto" else language,
+            previous=json.dumps(previous.to_json(), ensure_ascii=False),
+        )
+        return self._ask(SUMMARIZE, system, render_transcript(messages), Summary.from_json)
+
+    def select_relevant(self, summary, request):
+        entries = _numbered(summary)
+        listing = "\n".join(f"{n}. [{field}] {entry}" for n, field, entry in entries)
+
+        def parse(data):
+            keep = _numbers(data, "relevant")
+            chosen = [(field, entry) for n, field, entry in entries if n in keep]
+            if not chosen:
+                return None
+            current = next((e for f, e in chosen if f == "current_discussion"), "")
+            return Summary(tuple(e for f, e in chosen if f == "key_decisions"),
+                           tuple(e for f, e in chosen if f == "past_discussions"), current,
+                           summary.keys, summary.language)
+
+        return self._ask(SELECT_RELEVANT, SELECT_RELEVANT.system,
+                         f"Summary entries:\n{listing}\n\nRequest: {request}", parse)
+
+
+class OllamaBackend(PromptedBackend):
+    """Ollama's `/api/chat` with `format: json`."""
+
+    def _chat(self, system, user):
+        reply = post_json(
+            self._client, f"{self.config.base_url}/api/chat",
+            {"model": self.model, "stream": False, "format": "json", "options": {"temperature": 0},
+             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]},
+            headers={"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None,
+            retries=self.config.retries, backoff_s=self.config.backoff_s,
+        )
+        body = reply.body
+        try:
+            text = body["message"]["content"]
+        except (KeyError, TypeError):
+            raise HttpCallError(f"unexpected Ollama reply: {str(body)[:200]}", attempts=reply.attempts) from None
+        return text, body.get("prompt_eval_count"), body.get("eval_count"), reply.attempts
+
+
+class OpenAIBackend(PromptedBackend):
+    """Any OpenAI-compatible `/v1/chat/completions` with a JSON response format."""
+
+    def _chat(self, system, user):
+        base = self.config.base_url
+        url = f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
+        reply = post_json(
+            self._client, url,
+            {"model": self.model, "temperature": 0, "response_format": {"type": "json_object"},
+             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]},
+            headers={"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None,
+            retries=self.config.retries, backoff_s=self.config.backoff_s,
+        )
+        body = reply.body
+        try:
+            text = body["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise HttpCallError(f"unexpected OpenAI-compatible reply: {str(body)[:200]}", attempts=reply.attempts) from None
+        usage = body.get("usage") or {}
+        return text, usage.get("prompt_tokens"), usage.get("completion_tokens"), reply.attempts
+
+
+def build_backend(config: ModelConfig) -> ModelBackend:
+    return {"rules": RulesBackend, "ollama": OllamaBackend, "openai": OpenAIBackend}[config.backend](config)

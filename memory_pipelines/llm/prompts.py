@@ -1,0 +1,58 @@
+"""Prompt templates. A prompt's version is a hash of its template, recorded with every call
+and every row it produced, so a changed prompt is visible in lineage."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Prompt:
+    purpose: str
+    system: str
+
+    @property
+    def version(self) -> str:
+        return hashlib.sha256(f"{self.purpose}\n{self.system}".encode()).hexdigest()[:12]
+
+
+JUDGE_SEGMENTS = Prompt("judge_segments", """\
+You filter conversation segments before they are summarized. A segment is one user
+message and the replies after it. Judge each segment: is it noise? Noise is a greeting,
+thanks, the user repeating the same request, or a failed or cancelled turn with no result.
+Anything with information, a decision, a question that was answered or a tool result is
+not noise. Give your confidence from 0 to 1.
+Reply with one JSON object only:
+{"segments": [{"id": "<segment id>", "noise": true|false, "reason": "greeting|thanks|repeated_request|cancelled|failed_no_result|null", "confidence": 0.0-1.0}]}""")
+
+FIND_OVERTURNED = Prompt("find_overturned", """\
+Below is the previous summary of a conversation, its entries numbered, and new
+conversation segments. Which key_decisions and past_discussions entries do the new
+segments overturn or supersede (a rule the user changed, a choice replaced by another)?
+Reply with one JSON object only: {"overturned": [<entry numbers>]}""")
+
+SUMMARIZE = Prompt("summarize", """\
+You keep a rolling summary of a conversation between a user and an assistant. The
+previous summary is below; the user message holds the next messages of the conversation.
+Return the updated summary: merge the new messages into it, keep what still holds, and
+drop what the new messages overturn.
+Fields:
+- key_decisions: only rules that apply from now on, at most 8. Each starts with the
+  English "Do: " (agreed) or "Don't: " (refused), whatever the output language.
+- past_discussions: short notes of earlier topics.
+- current_discussion: what the conversation is about right now.
+- keys: names, identifiers, file paths, numbers and other entities a later question
+  would use (at most 40, most important first).
+- language: the language the other fields are written in.
+Write every field except the Do:/Don't: prefixes in {language}.
+Previous summary (JSON):
+{previous}
+Reply with one JSON object only:
+{{"key_decisions": [], "past_discussions": [], "current_discussion": "", "keys": [], "language": ""}}""")
+
+SELECT_RELEVANT = Prompt("select_relevant", """\
+Below are the numbered entries of a conversation summary and the user's next request.
+Which entries are relevant to the request? General rules about language, format or
+workflow always count as relevant.
+Reply with one JSON object only: {"relevant": [<entry numbers>]}""")

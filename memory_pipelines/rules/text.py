@@ -1,0 +1,75 @@
+"""Text helpers shared by the heuristics: language, words, sentences."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_WORD = re.compile(r"[\w][\w'’-]*", re.UNICODE)
+_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+
+STOPWORDS = {
+    "en": {"the", "a", "an", "and", "or", "to", "of", "in", "on", "for", "is", "it", "that", "this", "with",
+           "be", "are", "was", "you", "i", "we", "my", "me", "our", "your", "at", "as", "by", "can", "do",
+           "please", "from", "so", "if", "not", "but", "what", "how", "now", "all", "just", "should", "will",
+           "use", "let's", "lets", "run", "make", "get", "set", "also", "then", "there", "here", "its", "let"},
+    "de": {"der", "die", "das", "und", "ist", "nicht", "ich", "du", "wir", "ein", "eine", "zu", "mit", "auf",
+           "für", "von", "bitte", "auch", "den", "dem", "es", "sie", "wie", "was", "noch", "mir", "mein"},
+    "es": {"el", "la", "los", "las", "y", "es", "que", "de", "en", "un", "una", "por", "para", "con", "no",
+           "mi", "me", "lo", "se", "del", "al", "como", "más", "pero", "sí", "tu", "yo"},
+    "fr": {"le", "la", "les", "et", "est", "que", "de", "des", "un", "une", "pour", "avec", "pas", "je",
+           "vous", "nous", "mon", "ma", "ce", "qui", "dans", "sur"},
+}
+ALL_STOPWORDS = set().union(*STOPWORDS.values())
+
+
+def words(text: str) -> list[str]:
+    return [w.casefold() for w in _WORD.findall(text)]
+
+
+def content_words(text: str) -> set[str]:
+    """Words that carry meaning: no stop words, at least 3 characters or a number, and CJK
+    runs split into characters pairs so Chinese and Japanese overlap can be measured."""
+    out: set[str] = set()
+    for word in words(text):
+        if _is_cjk(word):
+            out.update(word[i : i + 2] for i in range(max(1, len(word) - 1)))
+        elif word not in ALL_STOPWORDS and (len(word) >= 3 or word.isdigit()):
+            out.add(word)
+    return out
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+
+
+def normalize(text: str) -> str:
+    """Lower-case words only: for comparing requests ("Run the tests!" == "run the tests")."""
+    return " ".join(words(text))
+
+
+def _is_cjk(text: str) -> bool:
+    return any(unicodedata.name(ch, "").startswith(("CJK", "HIRAGANA", "KATAKANA")) for ch in text)
+
+
+def detect_language(texts: list[str]) -> str:
+    """ISO 639-1 code of the dominant language of `texts` (en when unsure)."""
+    joined = " ".join(texts)
+    kana = sum(1 for ch in joined if unicodedata.name(ch, "").startswith(("HIRAGANA", "KATAKANA")))
+    han = sum(1 for ch in joined if unicodedata.name(ch, "").startswith("CJK UNIFIED"))
+    if kana >= 2 and kana * 4 >= han * 0.2:
+        return "ja"
+    if han >= 2:
+        return "zh"
+    counts = {lang: 0 for lang in STOPWORDS}
+    for word in words(joined):
+        for lang, stop in STOPWORDS.items():
+            if word in stop:
+                counts[lang] += 1
+    best = max(counts, key=lambda lang: (counts[lang], lang == "en"))
+    return best if counts[best] > 0 else "en"
+
+
+def clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

@@ -1,0 +1,128 @@
+-- name: insert_llm_call
+INSERT INTO llm_calls (run_id, asset, partition_key, session_id, purpose, backend, model, prompt_version,
+                       input_tokens, output_tokens, tokens_estimated, latency_ms, attempts, status, error)
+VALUES (%(run_id)s, %(asset)s, %(partition_key)s, %(session_id)s, %(purpose)s, %(backend)s, %(model)s,
+        %(prompt_version)s, %(input_tokens)s, %(output_tokens)s, %(tokens_estimated)s, %(latency_ms)s,
+        %(attempts)s, %(status)s, %(error)s);
+
+-- name: messages_in_window
+-- Messages of non-temp sessions sent in [start, end), by session and seq.
+SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
+       agent_id, tool_name, tool_args, tool_call_id, metadata
+FROM messages
+WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'
+ORDER BY session_id, seq;
+
+-- name: session_messages_after
+SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
+       agent_id, tool_name, tool_args, tool_call_id, metadata
+FROM messages
+WHERE session_id = %(session_id)s AND seq > %(after_seq)s
+ORDER BY seq;
+
+-- name: sessions_in_window
+SELECT DISTINCT session_id, user_id FROM messages
+WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'
+ORDER BY session_id;
+
+-- name: segment_fingerprint
+-- The fingerprint of a session-day's judgement, when every segment of it was judged.
+SELECT min(fingerprint), bool_and(judge_status = 'ok'), count(DISTINCT fingerprint)
+FROM conversation_segments
+WHERE session_id = %(session_id)s AND partition_key = %(partition_key)s;
+
+-- name: dropped_seqs
+SELECT s.seq FROM conversation_segments c
+JOIN LATERAL generate_series(c.start_seq, c.end_seq) AS s(seq) ON true
+WHERE c.session_id = %(session_id)s AND c.partition_key = %(partition_key)s AND c.dropped;
+
+-- name: delete_session_day_segments
+DELETE FROM conversation_segments WHERE session_id = %(session_id)s AND partition_key = %(partition_key)s;
+
+-- name: insert_segment
+INSERT INTO conversation_segments (segment_id, session_id, user_id, partition_key, start_seq, end_seq, started_at,
+    ended_at, message_count, chars, is_noise, noise_reason, confidence, dropped, judge_status, judge_error,
+    judge_backend, judge_model, prompt_version, fingerprint, run_id)
+VALUES (%(segment_id)s, %(session_id)s, %(user_id)s, %(partition_key)s, %(start_seq)s, %(end_seq)s, %(started_at)s,
+    %(ended_at)s, %(message_count)s, %(chars)s, %(is_noise)s, %(noise_reason)s, %(confidence)s, %(dropped)s,
+    %(judge_status)s, %(judge_error)s, %(judge_backend)s, %(judge_model)s, %(prompt_version)s, %(fingerprint)s,
+    %(run_id)s);
+
+-- name: lock_session
+-- Serializes work on one session across runs (released at the end of the transaction).
+SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.session'), hashtext(%(session_id)s));
+
+-- name: summary_state_before
+-- The latest version built for a day before the range.
+SELECT version, summary, cursor_seq, cursor_ts, fingerprint
+FROM session_summary_versions
+WHERE session_id = %(session_id)s AND partition_key < %(partition_key)s
+ORDER BY version DESC LIMIT 1;
+
+-- name: legacy_summary
+-- A summary imported without versions (and possibly without a cursor).
+SELECT s.summary, s.cursor_seq, s.cursor_ts FROM session_summaries s
+WHERE s.session_id = %(session_id)s
+  AND NOT EXISTS (SELECT 1 FROM session_summary_versions v WHERE v.session_id = s.session_id);
+
+-- name: summary_versions_from
+SELECT version, partition_key, step, step_count, fingerprint, summary, cursor_seq, cursor_ts
+FROM session_summary_versions
+WHERE session_id = %(session_id)s AND partition_key >= %(partition_key)s
+ORDER BY version;
+
+-- name: delete_summary_versions_from
+DELETE FROM session_summary_versions
+WHERE session_id = %(session_id)s
+  AND (partition_key > %(partition_key)s OR (partition_key = %(partition_key)s AND step >= %(step)s));
+
+-- name: insert_summary_version
+INSERT INTO session_summary_versions (session_id, version, user_id, partition_key, step, step_count, kind, summary,
+    cursor_ts, cursor_seq, first_seq, last_seq, messages_in, trimmed, backend, model, prompt_version, fingerprint,
+    run_id)
+VALUES (%(session_id)s, %(version)s, %(user_id)s, %(partition_key)s, %(step)s, %(step_count)s, %(kind)s, %(summary)s,
+    %(cursor_ts)s, %(cursor_seq)s, %(first_seq)s, %(last_seq)s, %(messages_in)s, %(trimmed)s, %(backend)s, %(model)s,
+    %(prompt_version)s, %(fingerprint)s, %(run_id)s);
+
+-- name: refresh_current_summary
+-- session_summaries follows the latest version; unchanged rows are not written.
+INSERT INTO session_summaries AS s (session_id, user_id, summary, cursor_ts, cursor_seq, version, partition_key, run_id)
+SELECT session_id, user_id, summary, cursor_ts, cursor_seq, version, partition_key, run_id
+FROM session_summary_versions
+WHERE session_id = %(session_id)s
+ORDER BY version DESC LIMIT 1
+ON CONFLICT (session_id) DO UPDATE
+SET user_id = EXCLUDED.user_id, summary = EXCLUDED.summary, cursor_ts = EXCLUDED.cursor_ts,
+    cursor_seq = EXCLUDED.cursor_seq, version = EXCLUDED.version, partition_key = EXCLUDED.partition_key,
+    run_id = EXCLUDED.run_id, updated_at = now()
+WHERE (s.summary, s.cursor_seq, s.version, s.partition_key) IS DISTINCT FROM
+      (EXCLUDED.summary, EXCLUDED.cursor_seq, EXCLUDED.version, EXCLUDED.partition_key);
+
+-- name: current_summary
+SELECT summary, cursor_seq, cursor_ts, version FROM session_summaries WHERE session_id = %(session_id)s;
+
+-- name: last_messages
+SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
+       agent_id, tool_name, tool_args, tool_call_id, metadata
+FROM (SELECT * FROM messages WHERE session_id = %(session_id)s ORDER BY seq DESC LIMIT %(limit)s) AS recent
+ORDER BY seq;
+
+-- name: drop_orphan_current_summary
+-- After its versions were discarded, a session's current row must not outlive them.
+DELETE FROM session_summaries s
+WHERE s.session_id = %(session_id)s AND s.version IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM session_summary_versions v WHERE v.session_id = s.session_id);
+
+-- name: session_messages_in_window
+SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
+       agent_id, tool_name, tool_args, tool_call_id, metadata
+FROM messages
+WHERE session_id = %(session_id)s AND ts >= %(start)s AND ts < %(end)s
+ORDER BY seq;
+
+-- name: lock_session_for_fold
+-- Held for a whole fold (several transactions); same key as lock_session, which it re-enters.
+SELECT pg_advisory_lock(hashtext('memory_pipelines.session'), hashtext(%(session_id)s));
+
+-- name: unlock_session_for_fold
+SELECT pg_advisory_unlock(hashtext('memory_pipelines.session'), hashtext(%(session_id)s));
