@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -162,6 +163,31 @@ def cmd_ui(args: argparse.Namespace) -> int:
             child.kill()
 
 
+def cmd_context(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.llm import build_backend
+    from memory_pipelines.llm.config import decision_config
+    from memory_pipelines.query import context_for
+
+    pool = get_pool(_connect_url(_settings()))
+    decision = None if args.all else build_backend(decision_config())
+    try:
+        with pool.connection() as conn:
+            context = context_for(conn, args.session, args.request, limit=args.limit, decision=decision)
+    finally:
+        if decision is not None:
+            decision.close()
+    if args.json:
+        print(json.dumps({"session_id": context.session_id, "relevance": context.relevance,
+                          "summary": context.summary.to_json() if context.summary else None,
+                          "messages": context.chat_messages(args.request or "")}, ensure_ascii=False, indent=2))
+        return 0
+    print(f"# context for {context.session_id} ({len(context.messages)} messages, summary: {context.relevance})")
+    for message in context.chat_messages(args.request or ""):
+        print(f"\n[{message['role']}]\n{message['content']}")
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from memory_pipelines.generator import GeneratorConfig, write_transcripts
 
@@ -194,6 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(func=cmd_ui)
+
+    ctx = sub.add_parser("context", help="a session's turn context: last messages and the prior summary")
+    ctx.add_argument("session")
+    ctx.add_argument("--request", help="the incoming user input (the decision model keeps relevant entries)")
+    ctx.add_argument("--limit", type=int, default=16, help="last messages to include (default 16)")
+    ctx.add_argument("--all", action="store_true", help="keep every summary entry (no decision model)")
+    ctx.add_argument("--json", action="store_true")
+    ctx.set_defaults(func=cmd_context)
 
     gen = sub.add_parser("generate", help="write deterministic synthetic transcripts (for benchmarks)")
     gen.add_argument("out", help="output folder")

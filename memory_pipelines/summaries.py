@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError, render_message
+from memory_pipelines.llm.backends import SUMMARY_TOOL_CHARS, ModelBackend, ModelCall, ModelError, render_message
 from memory_pipelines.llm.prompts import FIND_OVERTURNED, SUMMARIZE
 from memory_pipelines.models import Message, Summary
 
@@ -29,9 +29,14 @@ SUMMARY_CHUNK_CHARS = 32_000
 ELISION = "\n[… {n} characters elided …]\n"
 
 
+def rendered_length(message: Message) -> int:
+    """Characters a message takes in a summary call's transcript (with its newline)."""
+    return len(render_message(message, SUMMARY_TOOL_CHARS)) + 1
+
+
 def _fit(message: Message, limit: int) -> Message:
     """Cap one message so that any message and the next fit together in a chunk."""
-    overflow = len(render_message(message)) - limit
+    overflow = rendered_length(message) - 1 - limit
     if overflow <= 0:
         return message
     keep = max(0, len(message.content) - overflow - len(ELISION) - 8)
@@ -53,7 +58,7 @@ def chunk_messages(messages: Sequence[Message], chunk_chars: int = SUMMARY_CHUNK
     current: list[Message] = []
     size = 0
     for message in fitted:
-        length = len(render_message(message)) + 1
+        length = rendered_length(message)
         if current and size + length > chunk_chars:
             # move the trailing user messages of the full chunk to the next one
             cut = len(current)
@@ -63,7 +68,7 @@ def chunk_messages(messages: Sequence[Message], chunk_chars: int = SUMMARY_CHUNK
                 cut = len(current)
             chunks.append(tuple(current[:cut]))
             current = current[cut:]
-            size = sum(len(render_message(m)) + 1 for m in current)
+            size = sum(rendered_length(m) for m in current)
         current.append(message)
         size += length
     if current:
@@ -175,15 +180,16 @@ def fold_session(plan: FoldPlan, summarizer: ModelBackend, decider: ModelBackend
     for day in plan.days:
         new = [m for m in plan.messages
                if (state.cursor_seq is None or m.seq > state.cursor_seq) and m.ts < day.end and m.role != "system"]
-        if not new:
-            if any(key == day.partition_key for key, _ in stored):
+        steps = list(_day_steps(state, new, day, chunk_chars)) if new else []
+        if not steps:
+            # nothing to summarize this day (any more): versions stored for it are stale
+            if any(key >= day.partition_key for key, _ in stored):
                 yield DiscardFrom(day.partition_key, 0)
                 stored = {k: v for k, v in stored.items() if k[0] < day.partition_key}
             continue
         day_fp = _hash(state.fingerprint, day.partition_key, summarizer_id, decider_id, language, chunk_chars,
                        state.cursor_seq is None and state.summary is not None,
                        [(m.seq, m.content_hash, m.seq in day.dropped_seqs) for m in new])
-        steps = list(_day_steps(state, new, day, chunk_chars))
         # reuse the stored versions that still follow from their inputs
         reused = 0
         for number, (kind, *_rest) in enumerate(steps):

@@ -40,15 +40,28 @@ def pg_admin_url(pg_home):
 
 
 @pytest.fixture
-def database_url(pg_admin_url, monkeypatch) -> str:
-    """A fresh, migrated database for one test; MEMORY_DATABASE_URL points at it."""
-    name = "t_" + uuid.uuid4().hex[:16]
-    _admin(pg_admin_url, "CREATE DATABASE {} TEMPLATE {}", name, TEMPLATE_DB)
-    url = with_database(pg_admin_url, name)
-    monkeypatch.setenv("MEMORY_DATABASE_URL", url)
-    yield url
+def make_database(pg_admin_url):
+    """Creates fresh, migrated databases (cloned from the template); dropped after the test."""
+    names = []
+
+    def make() -> str:
+        name = "t_" + uuid.uuid4().hex[:16]
+        _admin(pg_admin_url, "CREATE DATABASE {} TEMPLATE {}", name, TEMPLATE_DB)
+        names.append(name)
+        return with_database(pg_admin_url, name)
+
+    yield make
     close_pools()
-    _admin(pg_admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
+    for name in names:
+        _admin(pg_admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
+
+
+@pytest.fixture
+def database_url(make_database, monkeypatch) -> str:
+    """A fresh, migrated database for one test; MEMORY_DATABASE_URL points at it."""
+    url = make_database()
+    monkeypatch.setenv("MEMORY_DATABASE_URL", url)
+    return url
 
 
 @pytest.fixture(autouse=True)

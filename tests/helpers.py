@@ -34,6 +34,9 @@ def table_fingerprints(url: str, tables: Iterable[str] | None = None) -> dict[st
         return out
 
 
+# Dagster's console logger at WARNING: a failing test shows what matters, not every event.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
 AUDIT_COLUMNS = {"run_id", "ingested_run_id", "ingested_at", "created_at", "updated_at", "quarantined_at", "id"}
 
 
@@ -81,7 +84,7 @@ def materialize_partitions(assets, keys: Iterable[str], url: str, transcripts: P
     results = []
     for key in keys:
         result = dg.materialize(assets, partition_key=key, resources=resources, instance=instance,
-                                raise_on_error=expect_success)
+                                raise_on_error=expect_success, run_config=QUIET)
         if expect_success:
             assert result.success, key
         results.append(result)
@@ -94,7 +97,7 @@ def materialize_range(assets, first: str, last: str, resources: dict,
     return dg.materialize(
         assets, resources=resources, instance=instance or dg.DagsterInstance.ephemeral(),
         tags={"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last},
-        raise_on_error=raise_on_error,
+        raise_on_error=raise_on_error, run_config=QUIET,
     )
 
 

@@ -21,7 +21,8 @@ from memory_pipelines.rules import summary as rules_summary
 
 # Bump when the rules change: it is the rules back end's "prompt version".
 RULES_VERSION = "rules-2026.11.1"
-TOOL_OUTPUT_CHARS = 500
+TOOL_OUTPUT_CHARS = 500  # fact extraction's rendering (navi)
+SUMMARY_TOOL_CHARS = 4000  # summaries read more of a tool's output: logs are often the point
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ def render_message(m: Message, tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
     return f"{m.role.capitalize()}: {m.content}"
 
 
-def render_transcript(messages: Sequence[Message]) -> str:
-    return "\n".join(render_message(m) for m in messages)
+def render_transcript(messages: Sequence[Message], tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
+    return "\n".join(render_message(m, tool_chars) for m in messages)
 
 
 def _numbered(summary: Summary) -> list[tuple[int, str, str]]:
@@ -227,7 +228,7 @@ class PromptedBackend(ModelBackend):
             language="the conversation's own language" if language == "auto" else language,
             previous=json.dumps(previous.to_json(), ensure_ascii=False),
         )
-        return self._ask(SUMMARIZE, system, render_transcript(messages), Summary.from_json)
+        return self._ask(SUMMARIZE, system, render_transcript(messages, SUMMARY_TOOL_CHARS), Summary.from_json)
 
     def select_relevant(self, summary, request):
         entries = _numbered(summary)

@@ -41,11 +41,17 @@ def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
         stored = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     assert stored > 0
     assert f"messages" in first.stdout and str(stored) in first.stdout
+    for stage in ("conversation_segments:", "session_summaries:"):
+        assert stage in first.stdout
     before = table_fingerprints(database_url)
     again = cli("run", "--transcripts", str(folder), "--start", "2026-10-02", "--end", "2026-10-03")
     assert again.returncode == 0, again.stderr
     assert "partitions:  2026-10-02 .. 2026-10-03 (2 days)" in again.stdout
     assert table_fingerprints(database_url) == before
+    context = cli("context", "s-bob-0005", "--request", "which port does ledger-api use?", "--json")
+    assert context.returncode == 0, context.stderr
+    payload = json.loads(context.stdout)
+    assert payload["relevance"] == "filtered" and payload["messages"][-1]["content"].endswith("use?")
 
 
 @pytest.mark.parametrize("args, message", [

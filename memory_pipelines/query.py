@@ -1,0 +1,64 @@
+"""The query module: what the pipeline materialized, served to an agent.
+
+`context_for` builds a session's turn context the Agenvoy way: the last N messages
+verbatim, and the rolling summary as a "Prior summary" block placed just before the
+user's input. With a decision model, only the summary entries relevant to the request are
+kept (general rules about language, format or workflow always count); without one, or
+when it fails, all are kept; when none is relevant, the block is left out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import psycopg
+
+from memory_pipelines.db import repository
+from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
+from memory_pipelines.models import Message, Summary
+
+CONTEXT_MESSAGES = 16
+QUERY_RUN_ID = "query"
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    session_id: str
+    messages: tuple[Message, ...]
+    summary: Summary | None  # after relevance filtering; None: no summary, or nothing relevant
+    relevance: str  # all | filtered | none_relevant | decision_failed | no_summary
+    call: ModelCall | None = None
+
+    @property
+    def summary_block(self) -> str | None:
+        if self.summary is None:
+            return None
+        body = json.dumps(self.summary.to_json(), ensure_ascii=False, indent=2)
+        return f"Prior summary (follow key_decisions; the rest is background):\n```json\n{body}\n```"
+
+    def chat_messages(self, incoming: str) -> list[dict[str, str]]:
+        """The turn as chat messages: history, then the user's input with the block before it."""
+        history = [{"role": m.role, "content": m.content} for m in self.messages if m.role != "system"]
+        block = self.summary_block
+        return [*history, {"role": "user", "content": f"{block}\n\n{incoming}" if block else incoming}]
+
+
+def context_for(conn: psycopg.Connection, session_id: str, request: str | None = None, *,
+                limit: int = CONTEXT_MESSAGES, decision: ModelBackend | None = None) -> SessionContext:
+    if limit < 0:
+        raise ValueError("limit must be >= 0")
+    messages = tuple(repository.last_messages(conn, session_id, limit)) if limit else ()
+    summary = repository.current_summary(conn, session_id)
+    if summary is None or summary.is_empty:
+        return SessionContext(session_id, messages, None, "no_summary")
+    if decision is None or not request:
+        return SessionContext(session_id, messages, summary, "all")
+    try:
+        relevant, call = decision.select_relevant(summary, request)
+        kept, relevance = relevant, "filtered" if relevant is not None else "none_relevant"
+    except ModelError as exc:
+        call, kept, relevance = exc.call, summary, "decision_failed"
+    repository.insert_llm_calls(conn, [call], run_id=QUERY_RUN_ID, asset="query.context_for",
+                                partition_key=None, session_id=session_id)
+    return SessionContext(session_id, messages, kept, relevance, call)

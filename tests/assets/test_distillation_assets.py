@@ -1,0 +1,219 @@
+"""conversation_segments and session_summaries materialized against the real database,
+with the rules back end and with a real HTTP model server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import date, timedelta
+
+import psycopg
+import pytest
+
+from assets.distillation import conversation_segments, session_summaries
+from assets.resources import ModelResource
+from assets.transcripts import transcripts
+from memory_pipelines.config import SAMPLE_TRANSCRIPTS
+from tests.fakes import FakeModelServer, Fault
+from tests.helpers import content_fingerprints, materialize_partitions, materialize_range, pipeline_resources
+
+PIPELINE = [transcripts, conversation_segments, session_summaries]
+DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
+
+
+def rows(url, statement, params=None):
+    with psycopg.connect(url) as conn:
+        return conn.execute(statement, params).fetchall()
+
+
+def one(url, statement, params=None):
+    return rows(url, statement, params)[0][0]
+
+
+@pytest.fixture
+def server():
+    fake = FakeModelServer()
+    yield fake
+    fake.close()
+
+
+def ollama(server, **extra) -> ModelResource:
+    settings = {"model": "fake-llm", "retries": 0, "backoff_s": 0.0, "timeout_s": 5.0, **extra}
+    return ModelResource(backend="ollama", base_url=server.url, **settings)
+
+
+def test_offline_run_fills_segments_summaries_and_the_call_ledger(database_url):
+    materialize_partitions(PIPELINE, DAYS, database_url, SAMPLE_TRANSCRIPTS)
+    non_temp = one(database_url, "SELECT count(*) FROM sessions WHERE session_id NOT LIKE 'temp-%'")
+    assert one(database_url, "SELECT count(*) FROM session_summaries WHERE cursor_seq IS NOT NULL "
+                             "AND cursor_ts IS NOT NULL") == non_temp
+    assert one(database_url, "SELECT count(*) FROM session_summaries WHERE session_id LIKE 'temp-%'") == 0
+    assert one(database_url, "SELECT count(*) FROM conversation_segments WHERE session_id LIKE 'temp-%'") == 0
+    dropped = dict(rows(database_url, "SELECT noise_reason, count(*) FROM conversation_segments WHERE dropped "
+                                      "GROUP BY 1"))
+    assert {"greeting", "thanks"} <= set(dropped) and sum(dropped.values()) >= 10
+    assert one(database_url, "SELECT bool_and(confidence >= 0.7 AND is_noise) FROM conversation_segments "
+                             "WHERE dropped")
+    # summary shape: the five fields, decisions prefixed, the caps held
+    for (summary,) in rows(database_url, "SELECT summary FROM session_summaries"):
+        assert set(summary) == {"key_decisions", "past_discussions", "current_discussion", "keys", "language"}
+        assert len(summary["key_decisions"]) <= 8 and len(summary["keys"]) <= 40
+        assert all(d.startswith(("Do: ", "Don't: ")) for d in summary["key_decisions"])
+    bob = one(database_url, "SELECT summary FROM session_summaries WHERE session_id = 's-bob-0005'")
+    assert any("9090" in d for d in bob["key_decisions"])
+    # every version kept with its partition; the midnight session has one per day
+    assert one(database_url, "SELECT count(DISTINCT partition_key) FROM session_summary_versions "
+                             "WHERE session_id = 's-dmitri-0004'") == 2
+    calls = dict(rows(database_url, "SELECT purpose, count(*) FROM llm_calls WHERE backend = 'rules' GROUP BY 1"))
+    assert calls["judge_segments"] > 0 and calls["summarize"] == one(
+        database_url, "SELECT count(*) FROM session_summary_versions WHERE kind = 'chunk'")
+    # the cursor never passes a message that was not summarized or dropped
+    assert one(database_url, """
+        SELECT count(*) FROM session_summaries s
+        WHERE s.cursor_seq > (SELECT max(seq) FROM messages m WHERE m.session_id = s.session_id)""") == 0
+
+
+def test_rerunning_changes_nothing_and_calls_no_model(database_url):
+    materialize_partitions(PIPELINE, DAYS, database_url, SAMPLE_TRANSCRIPTS)
+    before = content_fingerprints(database_url)
+    calls = one(database_url, "SELECT count(*) FROM llm_calls")
+    materialize_partitions(PIPELINE, DAYS, database_url, SAMPLE_TRANSCRIPTS)
+    assert content_fingerprints(database_url) == before
+    assert one(database_url, "SELECT count(*) FROM llm_calls") == calls
+
+
+def test_summary_calls_go_to_the_configured_server_one_per_chunk(database_url, server, tmp_path):
+    folder = tmp_path / "t"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "dmitri", folder)
+    resources = pipeline_resources(database_url, folder, llm=ollama(server))
+    materialize_partitions(PIPELINE, DAYS, database_url, folder, resources=resources)
+    summarize = server.by_purpose("summarize")
+    chunks = one(database_url, "SELECT count(*) FROM session_summary_versions WHERE kind = 'chunk'")
+    assert len(summarize) == chunks > 0
+    assert one(database_url, "SELECT count(*) FROM llm_calls WHERE purpose = 'summarize' AND backend = 'ollama' "
+                             "AND model = 'fake-llm' AND status = 'ok' AND NOT tokens_estimated") == chunks
+    # the long incident session needed more than one chunk, each within the bound
+    assert one(database_url, "SELECT max(step_count) FROM session_summary_versions "
+                             "WHERE session_id = 's-dmitri-0003'") >= 2
+    for request in summarize:
+        assert len(request.user) <= 32_000
+        last_line = [line for line in request.user.splitlines() if line.startswith(("User:", "Assistant:", "[Tool"))][-1]
+        assert not last_line.startswith("User:")
+    # decisions stay with the rules back end unless MEMORY_DECISION_BACKEND says otherwise
+    assert server.by_purpose("judge_segments") == []
+    assert one(database_url, "SELECT count(*) FROM llm_calls WHERE purpose = 'judge_segments' AND backend = 'rules'") > 0
+
+
+@pytest.mark.parametrize("fault", [Fault(status=500), Fault(delay_s=6.0), Fault(garbage=True)],
+                         ids=["5xx", "timeout", "unparsable"])
+def test_a_failed_chunk_stops_the_session_and_the_next_run_resumes_without_rebilling(
+        make_database, server, tmp_path, fault):
+    folder = tmp_path / "t"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "dmitri", folder)
+    # small chunks: the long session needs several calls; the third summary call fails
+    url = make_database()
+    server.fail = lambda request, number: fault if request.purpose == "summarize" and sum(
+        1 for r in server.requests if r.purpose == "summarize") == 3 else None
+    resources = pipeline_resources(url, folder, llm=ollama(server, timeout_s=3.0), chunk_chars=6000)
+    results = materialize_partitions(PIPELINE, DAYS, url, folder, resources=resources, expect_success=False)
+    failed = [r for r in results if not r.success]
+    assert len(failed) == 1  # only the day that held the failed chunk
+    failed_day = DAYS[results.index(failed[0])]
+    [error] = rows(url, "SELECT session_id, partition_key, status FROM llm_calls WHERE status <> 'ok'")
+    assert error[1] == failed_day and error[2] == ("unparsable" if fault.garbage else "error")
+    session = error[0]
+    saved = rows(url, "SELECT cursor_seq FROM session_summaries WHERE session_id = %s", (session,))
+    last = one(url, "SELECT max(seq) FROM messages WHERE session_id = %s", (session,))
+    assert saved == [] or saved[0][0] < last  # the cursor stopped at the last good chunk
+    sent_before = len(server.by_purpose("summarize"))
+
+    server.fail = lambda request, number: None
+    materialize_partitions(PIPELINE, DAYS, url, folder, resources=resources)
+    texts = [r.user for r in server.by_purpose("summarize")]
+    failed_text = texts[2]
+    # nothing billed twice: every chunk sent once, except the failed one, sent again once
+    assert len(texts) == len(set(texts)) + 1 and texts.count(failed_text) == 2
+    assert len(texts) == sent_before + one(url, "SELECT count(*) FROM session_summary_versions WHERE kind = 'chunk'") \
+        - (sent_before - 1)
+    assert one(url, "SELECT cursor_seq FROM session_summaries WHERE session_id = %s", (session,)) is not None
+
+    # the recovered tables equal an undisturbed run's
+    clean = make_database()
+    quiet = FakeModelServer()
+    try:
+        materialize_partitions(PIPELINE, DAYS, clean, folder, resources=pipeline_resources(
+            clean, folder, llm=ollama(quiet), chunk_chars=6000))
+    finally:
+        quiet.close()
+    assert content_fingerprints(url) == content_fingerprints(clean)
+
+
+def test_a_summary_without_cursor_only_gets_its_cursor(database_url, server, tmp_path):
+    folder = tmp_path / "t"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder)
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO session_summaries (session_id, user_id, summary) VALUES "
+                     "('s-bob-0001', 'bob', '{\"current_discussion\": \"imported earlier\"}')")
+    resources = pipeline_resources(database_url, folder, llm=ollama(server))
+    materialize_partitions(PIPELINE, DAYS, database_url, folder, resources=resources)
+    assert one(database_url, "SELECT count(*) FROM llm_calls WHERE session_id = 's-bob-0001' "
+                             "AND purpose = 'summarize'") == 0
+    assert not any("imported earlier" in r.system for r in server.requests)
+    kind, cursor, summary = rows(database_url, "SELECT kind, cursor_seq, summary FROM session_summary_versions "
+                                               "WHERE session_id = 's-bob-0001' ORDER BY version")[0]
+    assert kind == "cursor_only" and summary["current_discussion"] == "imported earlier"
+    assert cursor == one(database_url, "SELECT max(seq) FROM messages WHERE session_id = 's-bob-0001' "
+                                       "AND ts < (SELECT min(ts)::date + 1 FROM messages WHERE session_id = 's-bob-0001')")
+
+
+def test_a_ui_style_backfill_of_a_past_range_gives_the_in_order_tables(make_database):
+    in_order = make_database()
+    materialize_partitions(PIPELINE, DAYS, in_order, SAMPLE_TRANSCRIPTS)
+    expected = content_fingerprints(in_order)
+
+    rerun = make_database()
+    materialize_partitions(PIPELINE, DAYS, rerun, SAMPLE_TRANSCRIPTS)
+    result = materialize_range(PIPELINE, "2026-10-03", "2026-10-06", pipeline_resources(rerun, SAMPLE_TRANSCRIPTS))
+    assert result.success
+    assert content_fingerprints(rerun) == expected
+
+    one_run = make_database()
+    assert materialize_range(PIPELINE, DAYS[0], DAYS[-1], pipeline_resources(one_run, SAMPLE_TRANSCRIPTS)).success
+    assert content_fingerprints(one_run) == expected
+
+
+def test_a_late_transcript_for_an_earlier_day_rebuilds_forward_to_the_in_order_tables(make_database, tmp_path):
+    in_order = make_database()
+    materialize_partitions(PIPELINE, DAYS, in_order, SAMPLE_TRANSCRIPTS)
+    expected = content_fingerprints(in_order)
+
+    folder = tmp_path / "t"
+    shutil.copytree(SAMPLE_TRANSCRIPTS, folder)
+    late = folder / "bob" / "2026-10-week2.jsonl"  # bob's week 2, with the port change
+    held_back = late.read_bytes()
+    late.unlink()
+    url = make_database()
+    materialize_partitions(PIPELINE, DAYS, url, folder)
+    assert content_fingerprints(url) != expected
+    late.write_bytes(held_back)
+    days = sorted({r[0] for r in rows(in_order, "SELECT DISTINCT ts::date::text FROM messages WHERE source_file = %s",
+                                      ("bob/2026-10-week2.jsonl",))})
+    materialize_partitions(PIPELINE, days, url, folder)
+    assert content_fingerprints(url) == expected
+
+
+def test_a_gap_before_the_range_is_filled_from_the_state_before_it(make_database):
+    """Days built with D7 never built: sessions that go on after D7 start from the state
+    as of D6 and fold D7 in; sessions that live only on D7 wait for D7's own run."""
+    in_order = make_database()
+    materialize_partitions(PIPELINE, DAYS, in_order, SAMPLE_TRANSCRIPTS)
+    gap = make_database()
+    materialize_partitions([transcripts], DAYS, gap, SAMPLE_TRANSCRIPTS)
+    materialize_partitions(PIPELINE, DAYS[:6] + DAYS[7:], gap, SAMPLE_TRANSCRIPTS)
+    only_d7 = {r[0] for r in rows(gap, "SELECT session_id FROM sessions WHERE session_id NOT LIKE 'temp-%%' "
+                                       "AND first_message_at::date = %s AND last_active::date = %s",
+                                  (DAYS[6], DAYS[6]))}
+    statement = "SELECT session_id, summary, cursor_seq, version FROM session_summaries ORDER BY 1"
+    expected = [r for r in rows(in_order, statement) if r[0] not in only_d7]
+    assert only_d7 and rows(gap, statement) == expected
+    materialize_partitions(PIPELINE, [DAYS[6]], gap, SAMPLE_TRANSCRIPTS)
+    assert content_fingerprints(gap) == content_fingerprints(in_order)

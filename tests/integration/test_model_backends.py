@@ -1,0 +1,128 @@
+"""Model back ends against a real HTTP server on 127.0.0.1 speaking each protocol."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from memory_pipelines.llm import ModelConfig, ModelError, build_backend
+from memory_pipelines.llm.config import chat_config, decision_config
+from memory_pipelines.llm.prompts import SUMMARIZE
+from memory_pipelines.models import Message, Summary
+from memory_pipelines.segments import cut_segments
+from tests.fakes import FakeModelServer, Fault
+
+
+def _messages():
+    ts = datetime(2026, 10, 1, tzinfo=UTC)
+    return [Message("s1", 1, "u1", "user", "Let's use port 9090.", ts, "h1", "f", 1),
+            Message("s1", 2, "u1", "assistant", "Done.", ts, "h2", "f", 2)]
+
+
+@pytest.fixture
+def server():
+    fake = FakeModelServer()
+    yield fake
+    fake.close()
+
+
+def _backend(kind: str, server: FakeModelServer, **overrides):
+    base = server.url + ("/v1" if kind == "openai" else "")
+    settings = {"model": "test-model", "retries": 2, "backoff_s": 0.01, "timeout_s": 2.0, **overrides}
+    config = ModelConfig(backend=kind, base_url=base, **settings)
+    return build_backend(config)
+
+
+@pytest.mark.parametrize("kind", ["ollama", "openai"])
+def test_summarize_speaks_the_protocol_and_reports_tokens(kind, server):
+    backend = _backend(kind, server, api_key="sk-test" if kind == "openai" else None)
+    summary, call = backend.summarize(Summary(), _messages(), "en")
+    [request] = server.requests
+    if kind == "ollama":
+        assert request.path == "/api/chat" and request.payload["format"] == "json"
+        assert request.payload["stream"] is False
+    else:
+        assert request.path == "/v1/chat/completions"
+        assert request.payload["response_format"] == {"type": "json_object"}
+    assert request.payload["model"] == "test-model"
+    assert "User: Let's use port 9090." in request.user
+    assert summary.current_discussion.startswith("chunk ")
+    assert call.status == "ok" and call.tokens_estimated is False
+    assert call.input_tokens == len(request.user) // 4 and call.attempts == 1
+    assert call.prompt_version == SUMMARIZE.version
+
+
+@pytest.mark.parametrize("kind", ["ollama", "openai"])
+@pytest.mark.parametrize("fault", [Fault(status=500), Fault(status=429), Fault(status=503), Fault(close=True),
+                                   Fault(delay_s=3.0)])
+def test_transient_faults_are_retried(kind, fault, server):
+    server.fail = lambda request, number: fault if number == 1 else None
+    _, call = _backend(kind, server).judge_segments(cut_segments(_messages()))
+    assert call.status == "ok" and call.attempts == 2
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("kind", ["ollama", "openai"])
+def test_client_errors_are_not_retried(kind, server):
+    server.fail = lambda request, number: Fault(status=400)
+    with pytest.raises(ModelError) as failure:
+        _backend(kind, server).summarize(Summary(), _messages(), "en")
+    assert failure.value.call.status == "error" and "400" in failure.value.call.error
+    assert len(server.requests) == 1
+
+
+def test_retries_run_out(server):
+    server.fail = lambda request, number: Fault(status=502)
+    with pytest.raises(ModelError) as failure:
+        _backend("ollama", server, retries=2).summarize(Summary(), _messages(), "en")
+    assert len(server.requests) == 3 and failure.value.call.attempts == 3
+
+
+@pytest.mark.parametrize("kind", ["ollama", "openai"])
+def test_unparsable_answers_raise_with_the_call_recorded(kind, server):
+    server.fail = lambda request, number: Fault(garbage=True)
+    with pytest.raises(ModelError) as failure:
+        _backend(kind, server).summarize(Summary(), _messages(), "en")
+    assert failure.value.call.status == "unparsable"
+    assert len(server.requests) == 1  # a parse failure is not a transport fault: no retry
+
+
+def test_a_summary_that_is_not_an_object_is_unparsable(server):
+    server.answer = lambda request, number: ["not", "an", "object"]
+    with pytest.raises(ModelError, match="unparsable"):
+        _backend("ollama", server).summarize(Summary(), _messages(), "en")
+
+
+def test_model_decisions_are_normalized(server):
+    server.answer = lambda request, number: {
+        "key_decisions": ["Do: a", "Don't: b", "no prefix here", *[f"Do: {i}" for i in range(10)]],
+        "past_discussions": [], "current_discussion": "x", "keys": [], "language": "de"}
+    summary, _ = _backend("ollama", server).summarize(Summary(), _messages(), "de")
+    assert len(summary.key_decisions) == 8 and all(d.startswith(("Do: ", "Don't: ")) for d in summary.key_decisions)
+    assert "Write every field except the Do:/Don't: prefixes in de." in server.requests[0].system
+
+
+def test_judge_and_relevance_over_http(server):
+    backend = _backend("openai", server)
+    verdicts, _ = backend.judge_segments(cut_segments(_messages()))
+    assert [v.noise for v in verdicts] == [False]
+    picked, _ = backend.select_relevant(Summary(key_decisions=("Do: x", "Do: y")), "x?")
+    assert picked.key_decisions == ("Do: x",)
+
+
+def test_configuration_from_environment(monkeypatch):
+    monkeypatch.setenv("MEMORY_LLM_BACKEND", "ollama")
+    monkeypatch.setenv("MEMORY_LLM_BASE_URL", "http://127.0.0.1:9/")
+    monkeypatch.setenv("MEMORY_LLM_MODEL", "qwen")
+    monkeypatch.setenv("MEMORY_LLM_RETRIES", "5")
+    chat = chat_config()
+    assert (chat.backend, chat.base_url, chat.model, chat.retries) == ("ollama", "http://127.0.0.1:9", "qwen", 5)
+    decision = decision_config()
+    assert decision.backend == "rules"  # the decision model has its own setting, default rules
+    monkeypatch.setenv("MEMORY_DECISION_BACKEND", "ollama")
+    decision = decision_config()
+    assert (decision.base_url, decision.model) == ("http://127.0.0.1:9", "qwen")  # inherited from the chat model
+    monkeypatch.setenv("MEMORY_LLM_BACKEND", "gpt")
+    with pytest.raises(ValueError, match="must be one of"):
+        chat_config()
