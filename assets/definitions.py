@@ -3,10 +3,11 @@
 import dagster as dg
 
 from assets.distillation import conversation_segments, session_summaries
+from assets.memory import memory_chunks, memory_facts
 from assets.resources import resources_from_env
 from assets.transcripts import transcripts
 
-all_assets = [transcripts, conversation_segments, session_summaries]
+all_assets = [transcripts, conversation_segments, session_summaries, memory_facts, memory_chunks]
 
 distill_job = dg.define_asset_job(
     "distill",

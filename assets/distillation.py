@@ -3,7 +3,7 @@ summaries with cursors."""
 
 import dagster as dg
 
-from assets.partitions import daily_partitions
+from assets.partitions import DAILY_ASSET
 from assets.resources import ModelResource, PostgresResource, SummarySettings
 from assets.transcripts import partition_label
 from memory_pipelines.config import Settings
@@ -25,12 +25,10 @@ def call_metadata(report: StageReport) -> dict:
 
 
 @dg.asset(
-    partitions_def=daily_partitions,
-    backfill_policy=dg.BackfillPolicy.single_run(),
+    **DAILY_ASSET,
     deps=["transcripts"],
     group_name="distillation",
     kinds={"postgres"},
-    owners=["team:memory-pipelines"],
     tags={"stage": "filter"},
     description=(
         "Each day's messages cut into segments (a user message and the replies up to the next "
@@ -67,8 +65,7 @@ def conversation_segments(
 
 
 @dg.asset(
-    partitions_def=daily_partitions,
-    backfill_policy=dg.BackfillPolicy.single_run(),
+    **DAILY_ASSET,
     deps=[
         "conversation_segments",
         dg.AssetDep("session_summaries",
@@ -76,7 +73,6 @@ def conversation_segments(
     ],
     group_name="distillation",
     kinds={"postgres"},
-    owners=["team:memory-pipelines"],
     tags={"stage": "summarize"},
     description=(
         "Rolling summary per session (key_decisions as Do:/Don't:, past and current discussion, "

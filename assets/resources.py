@@ -4,11 +4,13 @@
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import dagster as dg
 import psycopg
 
+from memory_pipelines.chunks import CONTEXT_WINDOW_MESSAGES
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS, default_home
 from memory_pipelines.db.connection import get_pool, resolve_url
 from memory_pipelines.llm import ModelBackend, ModelConfig, build_backend
@@ -62,14 +64,10 @@ class ModelResource(dg.ConfigurableResource):
         # The key stays an EnvVar, so Dagster never shows or stores its value.
         set_vars = [v for v in api_key_vars if os.environ.get(v, "").strip()]
         api_key = dg.EnvVar(set_vars[0]) if config.api_key and set_vars else None
-        return cls(backend=config.backend, base_url=config.base_url, model=config.model, api_key=api_key,
-                   timeout_s=config.timeout_s, retries=config.retries, backoff_s=config.backoff_s,
-                   concurrency=config.concurrency)
+        return cls(**{**asdict(config), "api_key": api_key})
 
     def config(self) -> ModelConfig:
-        return ModelConfig(backend=self.backend, base_url=self.base_url, model=self.model, api_key=self.api_key,
-                           timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s,
-                           concurrency=self.concurrency)
+        return ModelConfig(**{f.name: getattr(self, f.name) for f in fields(ModelConfig)})
 
     @contextmanager
     def backend_for_run(self) -> Iterator[ModelBackend]:
@@ -88,6 +86,14 @@ class SummarySettings(dg.ConfigurableResource):
     chunk_chars: int = SUMMARY_CHUNK_CHARS
 
 
+class MemorySettings(dg.ConfigurableResource):
+    """When a session counts as stale (extracted, fully chunked) and how many of its last
+    messages stay in the context window (not chunked yet)."""
+
+    stale_minutes: int = 30
+    context_messages: int = CONTEXT_WINDOW_MESSAGES
+
+
 def resources_from_env() -> dict[str, dg.ConfigurableResource]:
     max_bytes = dg.EnvVar.int("MEMORY_MAX_MESSAGE_BYTES") if os.environ.get("MEMORY_MAX_MESSAGE_BYTES") else 1_000_000
     chunk = dg.EnvVar.int("MEMORY_SUMMARY_CHUNK_CHARS") if os.environ.get("MEMORY_SUMMARY_CHUNK_CHARS") else SUMMARY_CHUNK_CHARS
@@ -95,6 +101,11 @@ def resources_from_env() -> dict[str, dg.ConfigurableResource]:
         "llm": ModelResource.from_config(chat_config(), "MEMORY_LLM_API_KEY"),
         "decision": ModelResource.from_config(decision_config(), "MEMORY_DECISION_API_KEY", "MEMORY_LLM_API_KEY"),
         "summary_settings": SummarySettings(language=_env_or("MEMORY_SUMMARY_LANGUAGE", "auto"), chunk_chars=chunk),
+        "memory_settings": MemorySettings(
+            stale_minutes=dg.EnvVar.int("MEMORY_STALE_MINUTES") if os.environ.get("MEMORY_STALE_MINUTES") else 30,
+            context_messages=(dg.EnvVar.int("MEMORY_CONTEXT_MESSAGES") if os.environ.get("MEMORY_CONTEXT_MESSAGES")
+                              else CONTEXT_WINDOW_MESSAGES),
+        ),
         "postgres": PostgresResource(
             database_url=_env_or("MEMORY_DATABASE_URL", None),
             home=_env_or("MEMORY_HOME", str(default_home())),

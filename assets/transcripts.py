@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.partitions import daily_partitions
+from assets.partitions import DAILY_ASSET
 from assets.resources import PostgresResource, TranscriptSource
 from memory_pipelines.db import repository
 from memory_pipelines.ingest import plan_ingest
@@ -21,11 +21,9 @@ def partition_label(context: dg.AssetExecutionContext) -> str:
 
 
 @dg.asset(
-    partitions_def=daily_partitions,
-    backfill_policy=dg.BackfillPolicy.single_run(),
+    **DAILY_ASSET,
     group_name="ingestion",
     kinds={"duckdb", "postgres"},
-    owners=["team:memory-pipelines"],
     tags={"stage": "ingest"},
     description=(
         "Every transcript message whose time falls in the partition, scanned by DuckDB from "

@@ -3,19 +3,23 @@ pure stage, write what it produced. No Dagster here; the assets call these."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from memory_pipelines.chunks import CONTEXT_WINDOW_MESSAGES, PACKER_VERSION, chunk_breadcrumbs, pack_chunks
 from memory_pipelines.db import repository
-from memory_pipelines.llm.backends import ModelBackend, ModelCall
-from memory_pipelines.llm.prompts import JUDGE_SEGMENTS
+from memory_pipelines.facts import render_for_extraction, validate_items
+from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
+from memory_pipelines.llm.prompts import EXTRACT_FACTS, JUDGE_SEGMENTS, SUMMARIZE_FACTS
 from memory_pipelines.models import Message, TimeWindow
 from memory_pipelines.segments import cut_segments, judge_session, judgement_fingerprint
 from memory_pipelines.summaries import (
@@ -34,9 +38,13 @@ class StageReport:
     calls: list[ModelCall] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     preview: list[dict] = field(default_factory=list)
+    users: set[str] = field(default_factory=set)  # users whose rows the stage wrote
+    sessions: set[str] = field(default_factory=set)  # sessions whose rows the stage wrote
 
     def merge(self, other: "StageReport") -> None:
         self.counts.update(other.counts)
+        self.users |= other.users
+        self.sessions |= other.sessions
         self.calls.extend(other.calls)
         self.failures.extend(other.failures)
         self.preview.extend(other.preview)
@@ -184,3 +192,123 @@ def summarize_range(pool: ConnectionPool, partition_keys: Sequence[str], summari
         return report
 
     return _parallel(sessions, work, concurrency)
+
+
+STALE_AFTER = timedelta(minutes=30)
+
+
+def _facts_hash(facts) -> str:
+    return hashlib.sha256(json.dumps(sorted((f.category, f.key, f.value) for f in facts),
+                                     ensure_ascii=False).encode()).hexdigest()
+
+
+def refresh_memory_summary(conn: psycopg.Connection, user_id: str, writer: ModelBackend, ctx: CallContext,
+                           partition_key: str) -> StageReport:
+    """Rewrite the user's memory_summary from all current facts, unless they did not change."""
+    report = StageReport()
+    facts = repository.facts_for_user(conn, user_id)
+    digest = _facts_hash(facts)
+    if not facts or repository.memory_summary_hash(conn, user_id) == digest:
+        return report
+    try:
+        content, call = writer.summarize_facts([(f.category, f.key, f.value) for f in facts])
+    except ModelError as exc:
+        call, content = exc.call, None
+        report.failures.append(f"memory_summary of {user_id}: {exc}")
+    repository.insert_llm_calls(conn, [call], run_id=ctx.run_id, asset=ctx.asset, partition_key=partition_key,
+                                session_id=None)
+    report.calls.append(call)
+    if content is not None:
+        repository.upsert_memory_summary(conn, user_id, content, len(facts), digest, writer.model,
+                                         writer.prompt_version(SUMMARIZE_FACTS), ctx.run_id)
+        report.counts["memory_summaries_written"] += 1
+    return report
+
+
+def extract_facts_for_days(pool: ConnectionPool, partition_keys: Sequence[str], extractor: ModelBackend,
+                           ctx: CallContext, *, stale_after: timedelta = STALE_AFTER,
+                           concurrency: int = 1) -> StageReport:
+    """memory_facts for each day: every session stale as of the day's end and not yet
+    extracted through its last activity (a gap before the range is caught up), then the
+    memory_summary of every user whose facts it touched."""
+    report = StageReport()
+    for key in partition_keys:
+        end = _day_window(key).end
+        with pool.connection() as conn:
+            due = repository.sessions_due_for_extraction(conn, end, end - stale_after)
+
+        def work(session: repository.DueSession, key=key, end=end) -> StageReport:
+            part = StageReport()
+            with pool.connection() as conn, conn.transaction():
+                repository.lock_session(conn, session.session_id)
+                messages = repository.session_messages_before(conn, session.session_id, end)
+                dropped = repository.session_dropped_seqs(conn, session.session_id)
+                kept = [m for m in messages if m.seq not in dropped and m.role != "system"]
+                lineage = {"partition_key": key, "run_id": ctx.run_id, "model": extractor.model,
+                           "prompt_version": extractor.prompt_version(EXTRACT_FACTS)}
+                try:
+                    items, call = extractor.extract_facts(kept, render_for_extraction(messages, dropped))
+                except ModelError as exc:
+                    repository.insert_llm_calls(conn, [exc.call], run_id=ctx.run_id, asset=ctx.asset,
+                                                partition_key=key, session_id=session.session_id)
+                    part.calls.append(exc.call)
+                    part.failures.append(f"{session.session_id}: extraction failed, left due: {exc}")
+                    part.counts["sessions_failed"] += 1
+                    return part
+                repository.insert_llm_calls(conn, [call], run_id=ctx.run_id, asset=ctx.asset, partition_key=key,
+                                            session_id=session.session_id)
+                part.calls.append(call)
+                accepted, rejected = validate_items(items, messages) if messages else ([], [])
+                repository.lock_user(conn, session.user_id)
+                repository.upsert_facts(conn, session.user_id, accepted, {"session_id": session.session_id, **lineage})
+                repository.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
+                repository.mark_session_extracted(conn, session, end, len(accepted), len(rejected), key, ctx.run_id)
+            part.counts["sessions_extracted"] += 1
+            part.counts["facts_accepted"] += len(accepted)
+            part.counts["facts_rejected"] += len(rejected)
+            part.preview.extend({"session": session.session_id, "category": c.category, "key": c.key,
+                                 "value": c.value, "source": c.source, "confidence": c.confidence} for c in accepted)
+            part.users.add(session.user_id)
+            part.sessions.add(session.session_id)
+            return part
+
+        day = _parallel(due, work, concurrency)
+        report.merge(day)
+        for user_id in sorted(day.users):
+            with pool.connection() as conn, conn.transaction():
+                repository.lock_user(conn, user_id)
+                report.merge(refresh_memory_summary(conn, user_id, extractor, ctx, key))
+    return report
+
+
+def pack_chunks_for_days(pool: ConnectionPool, partition_keys: Sequence[str], ctx: CallContext, *,
+                         stale_after: timedelta = STALE_AFTER, window: int = CONTEXT_WINDOW_MESSAGES) -> StageReport:
+    """memory_chunks for each day: what left each session's context window as of the
+    day's end, packed from the last chunk on."""
+    report = StageReport()
+    for key in partition_keys:
+        day = _day_window(key)
+        with pool.connection() as conn:
+            sessions = repository.sessions_active_between(conn, day.start - stale_after, day.end)
+        for session_id, _user in sessions:
+            with pool.connection() as conn, conn.transaction():
+                repository.lock_session(conn, session_id)
+                last_ts, eligible = repository.session_window_state(conn, session_id, day.end, window)
+                stale = last_ts is not None and last_ts < day.end - stale_after
+                pending = repository.session_messages_before(
+                    conn, session_id, day.end, repository.chunk_watermark(conn, session_id))
+                chunks = pack_chunks(pending, eligible, stale)
+                if not chunks:
+                    continue
+                version, keys = repository.summary_keys_as_of(conn, session_id, key)
+                rows = [{**asdict(c), "content_hash": c.content_hash, "breadcrumbs": chunk_breadcrumbs(c, keys),
+                         "summary_version": version, "partition_key": key, "run_id": ctx.run_id,
+                         "model": "chunker", "prompt_version": PACKER_VERSION} for c in chunks]
+                report.counts["chunks_written"] += repository.insert_chunks(conn, rows)
+                report.sessions.add(session_id)
+                report.counts["messages_chunked"] += sum(c.message_count for c in chunks)
+                report.preview.extend({"session": c.session_id, "seqs": f"{c.start_seq}-{c.end_seq}",
+                                       "chars": len(c.content), "breadcrumbs": ", ".join(r["breadcrumbs"][:6]),
+                                       "content": c.content} for c, r in zip(chunks, rows))
+        report.counts["sessions"] += len(sessions)
+    return report

@@ -68,6 +68,7 @@ def database_url(make_database, monkeypatch) -> str:
 def _isolated_state(tmp_path_factory, monkeypatch):
     """Tests never touch the developer's own state folder or Dagster instance."""
     base = tmp_path_factory.getbasetemp()
+    (base / "dagster-home").mkdir(exist_ok=True)
     monkeypatch.setenv("MEMORY_HOME", str(base / "memory-home"))
     monkeypatch.setenv("DAGSTER_HOME", str(base / "dagster-home"))
     monkeypatch.delenv("MEMORY_DATABASE_URL", raising=False)

@@ -18,42 +18,27 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path="/" + name))
 
 
-def table_fingerprints(url: str, tables: Iterable[str] | None = None) -> dict[str, tuple[int, str]]:
-    """Row count and an md5 over every row of each table, in a stable order."""
-    with psycopg.connect(url) as conn:
-        if tables is None:
-            tables = [r[0] for r in conn.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
-                "AND table_type = 'BASE TABLE' AND table_name <> 'schema_migrations' ORDER BY 1")]
-        out = {}
-        for table in tables:
-            row = conn.execute(sql.SQL(
-                "SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM {} AS t"
-            ).format(sql.Identifier(table))).fetchone()
-            out[table] = (row[0], row[1])
-        return out
-
-
 # Dagster's console logger at WARNING: a failing test shows what matters, not every event.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
-AUDIT_COLUMNS = {"run_id", "ingested_run_id", "ingested_at", "created_at", "updated_at", "quarantined_at", "id"}
+AUDIT_COLUMNS = frozenset({"run_id", "ingested_run_id", "ingested_at", "created_at", "updated_at",
+                           "quarantined_at", "id"})
 
 
-def content_fingerprints(url: str, tables: Iterable[str] | None = None) -> dict[str, tuple[int, str]]:
-    """Like table_fingerprints, without the audit columns that name a run or a moment
-    (run ids, timestamps of writing, serial ids) and without the llm_calls ledger: two
-    runs that built the same content compare equal."""
+def table_fingerprints(url: str, tables: Iterable[str] | None = None, *, skip_columns: frozenset = frozenset(),
+                       skip_tables: tuple[str, ...] = ("schema_migrations",)) -> dict[str, tuple[int, str]]:
+    """Row count and an md5 over every row of each table (all public tables by default),
+    in a stable order."""
     with psycopg.connect(url) as conn:
         if tables is None:
             tables = [r[0] for r in conn.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
-                "AND table_type = 'BASE TABLE' AND table_name NOT IN ('schema_migrations', 'llm_calls') ORDER BY 1")]
+                "AND table_type = 'BASE TABLE' AND NOT table_name = ANY(%s) ORDER BY 1", (list(skip_tables),))]
         out = {}
         for table in tables:
             columns = [r[0] for r in conn.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' "
-                "AND table_name = %s ORDER BY ordinal_position", (table,)) if r[0] not in AUDIT_COLUMNS]
+                "AND table_name = %s ORDER BY ordinal_position", (table,)) if r[0] not in skip_columns]
             row_text = sql.SQL("concat_ws('|', {})").format(sql.SQL(", ").join(
                 sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns))
             row = conn.execute(sql.SQL(
@@ -61,6 +46,13 @@ def content_fingerprints(url: str, tables: Iterable[str] | None = None) -> dict[
             ).format(row_text, sql.Identifier(table))).fetchone()
             out[table] = (row[0], row[1])
         return out
+
+
+def content_fingerprints(url: str, tables: Iterable[str] | None = None) -> dict[str, tuple[int, str]]:
+    """table_fingerprints without the audit columns that name a run or a moment (run ids,
+    write times, serial ids) and without the llm_calls ledger: two runs that built the
+    same content compare equal."""
+    return table_fingerprints(url, tables, skip_columns=AUDIT_COLUMNS, skip_tables=("schema_migrations", "llm_calls"))
 
 
 def pipeline_resources(url: str, transcripts: Path, *, llm: ModelResource | None = None,

@@ -19,6 +19,7 @@ from memory_pipelines.db.queries import query, sql_dir
 log = logging.getLogger(__name__)
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_REQUIRES = re.compile(r"^--\s*requires-extension:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
 # Arbitrary constant: the advisory lock key every migrating process agrees on.
 MIGRATION_LOCK_KEY = 7_310_551_203
 _trgm_warned = False
@@ -33,6 +34,11 @@ class Migration:
     version: int
     name: str
     sql: str
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """Extensions the migration needs; without them it is skipped until they exist."""
+        return tuple(_REQUIRES.findall(self.sql))
 
     @property
     def checksum(self) -> str:
@@ -74,7 +80,7 @@ def migrate(url: str) -> list[Migration]:
         conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
         try:
             conn.execute(query("create_schema_migrations"))
-            _ensure_trigram(conn)
+            available = {"pg_trgm"} if _ensure_trigram(conn) else set()
             done = {row[0]: row[1] for row in conn.execute(query("applied_migrations"))}
             for migration in load_migrations():
                 if migration.version in done:
@@ -82,6 +88,10 @@ def migrate(url: str) -> list[Migration]:
                         raise MigrationError(
                             f"migration {migration.version:04d}_{migration.name} changed after it was applied"
                         )
+                    continue
+                if not set(migration.requires) <= available:
+                    log.info("skipped migration %04d_%s: needs %s", migration.version, migration.name,
+                             ", ".join(migration.requires))
                     continue
                 with conn.transaction():
                     conn.execute(migration.sql)

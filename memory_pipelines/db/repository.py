@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from datetime import datetime
 
+import pandas as pd
 import psycopg
 from psycopg import sql
-from psycopg.rows import kwargs_row
+from psycopg.rows import class_row, dict_row, kwargs_row
 from psycopg.types.json import Jsonb
 
 from memory_pipelines.db.queries import query
+from memory_pipelines.facts import FactCandidate, Rejection
 from memory_pipelines.llm.backends import ModelCall
 from memory_pipelines.models import Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow
 from memory_pipelines.segments import SessionJudgement
@@ -220,3 +223,152 @@ def session_lock(conn: psycopg.Connection, session_id: str) -> Iterator[None]:
         conn.rollback()
         conn.execute(query("unlock_session_for_fold"), {"session_id": session_id})
         conn.commit()
+
+
+# --- facts -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DueSession:
+    session_id: str
+    user_id: str
+    last_ts: datetime
+    last_seq: int
+
+
+@dataclass(frozen=True)
+class StoredFact:
+    id: int
+    category: str
+    key: str
+    value: str
+    source: str
+    confidence: int
+    last_verified_at: datetime
+    source_context: str | None
+    merged_into: int | None
+    session_id: str
+    seq_start: int
+    seq_end: int
+    model: str
+    prompt_version: str
+
+
+def sessions_due_for_extraction(conn: psycopg.Connection, end: datetime, stale_before: datetime) -> list[DueSession]:
+    with conn.cursor(row_factory=class_row(DueSession)) as cur:
+        return cur.execute(query("sessions_due_for_extraction"), {"end": end, "stale_before": stale_before}).fetchall()
+
+
+def session_messages_before(conn: psycopg.Connection, session_id: str, end: datetime,
+                            after_seq: int = -1) -> list[Message]:
+    return _message_rows(conn, "session_messages_before", {"session_id": session_id, "end": end, "after_seq": after_seq})
+
+
+def session_dropped_seqs(conn: psycopg.Connection, session_id: str) -> frozenset[int]:
+    return frozenset(r[0] for r in conn.execute(query("session_dropped_seqs"), {"session_id": session_id}))
+
+
+def lock_user(conn: psycopg.Connection, user_id: str) -> None:
+    conn.execute(query("lock_user"), {"user_id": user_id})
+
+
+def upsert_facts(conn: psycopg.Connection, user_id: str, candidates: Sequence[FactCandidate], lineage: dict) -> None:
+    """Upsert by (user_id, category, key) under the event-time rule, then re-merge the
+    families of keys the candidates touched. The user id is the session's, always."""
+    if not candidates:
+        return
+    with conn.cursor() as cur:
+        cur.executemany(query("upsert_fact"), [
+            {**asdict(c), "user_id": user_id, **lineage} for c in candidates])
+    conn.execute(query("merge_fact_families"),
+                 {"user_id": user_id, "canonical_keys": sorted({c.canonical_key for c in candidates})})
+
+
+def insert_fact_rejections(conn: psycopg.Connection, user_id: str, session_id: str, rejections: Sequence[Rejection],
+                           lineage: dict) -> None:
+    if rejections:
+        with conn.cursor() as cur:
+            cur.executemany(query("insert_fact_rejection"), [
+                {"user_id": user_id, "session_id": session_id, "item": Jsonb(r.item), "reason": r.reason,
+                 "partition_key": lineage["partition_key"], "run_id": lineage["run_id"], "model": lineage["model"],
+                 "prompt_version": lineage["prompt_version"]}
+                for r in rejections])
+
+
+def mark_session_extracted(conn: psycopg.Connection, due: DueSession, extracted_at: datetime, accepted: int,
+                           rejected: int, partition_key: str, run_id: str) -> None:
+    conn.execute(query("mark_session_extracted"), {
+        "session_id": due.session_id, "user_id": due.user_id, "extracted_through": due.last_ts,
+        "extracted_seq": due.last_seq, "extracted_at": extracted_at, "facts_accepted": accepted,
+        "facts_rejected": rejected, "partition_key": partition_key, "run_id": run_id})
+
+
+def facts_for_user(conn: psycopg.Connection, user_id: str, include_merged: bool = False) -> list[StoredFact]:
+    """A user's facts; rows merged into another are hidden unless `include_merged`."""
+    with conn.cursor(row_factory=class_row(StoredFact)) as cur:
+        return cur.execute(query("visible_facts"), {"user_id": user_id, "include_merged": include_merged}).fetchall()
+
+
+def memory_summary_hash(conn: psycopg.Connection, user_id: str) -> str | None:
+    row = conn.execute(query("memory_summary_hash"), {"user_id": user_id}).fetchone()
+    return row[0] if row else None
+
+
+def upsert_memory_summary(conn: psycopg.Connection, user_id: str, content: str, fact_count: int, facts_hash: str,
+                          model: str, prompt_version: str, run_id: str) -> None:
+    conn.execute(query("upsert_memory_summary"), {
+        "user_id": user_id, "content": content, "fact_count": fact_count, "facts_hash": facts_hash,
+        "model": model, "prompt_version": prompt_version, "run_id": run_id})
+
+
+def delete_fact(conn: psycopg.Connection, user_id: str, key: str, category: str | None = None) -> int:
+    """Delete a visible fact of this user, first the hidden rows merged into it. Returns
+    the rows deleted (0: no such fact)."""
+    deleted = 0
+    for (fact_id,) in conn.execute(query("find_fact"), {"user_id": user_id, "key": key, "category": category}).fetchall():
+        deleted += conn.execute(query("delete_fact_hidden_rows"), {"id": fact_id}).rowcount
+        deleted += conn.execute(query("delete_fact"), {"id": fact_id, "user_id": user_id}).rowcount
+    return deleted
+
+
+# --- chunks ------------------------------------------------------------------------------
+
+def sessions_active_between(conn: psycopg.Connection, start: datetime, end: datetime) -> list[tuple[str, str]]:
+    return conn.execute(query("sessions_active_between"), {"start": start, "end": end}).fetchall()
+
+
+def session_window_state(conn: psycopg.Connection, session_id: str, end: datetime,
+                         window: int) -> tuple[datetime | None, int | None]:
+    """(last activity, last seq out of the context window) as of `end`."""
+    last_ts, eligible = conn.execute(query("session_window_state"),
+                                     {"session_id": session_id, "end": end, "window": window}).fetchone()
+    return last_ts, eligible
+
+
+def chunk_watermark(conn: psycopg.Connection, session_id: str) -> int:
+    return conn.execute(query("chunk_watermark"), {"session_id": session_id}).fetchone()[0]
+
+
+def summary_keys_as_of(conn: psycopg.Connection, session_id: str, partition_key: str) -> tuple[int | None, list[str]]:
+    row = conn.execute(query("summary_keys_as_of"), {"session_id": session_id, "partition_key": partition_key}).fetchone()
+    return (row[0], list(row[1] or [])) if row else (None, [])
+
+
+def insert_chunks(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
+    inserted = 0
+    for row in rows:
+        inserted += conn.execute(query("insert_chunk"), row).rowcount
+    return inserted
+
+
+# --- data-quality scopes -----------------------------------------------------------------
+
+def fact_check_frame(conn: psycopg.Connection, user_ids: Sequence[str]) -> pd.DataFrame:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return pd.DataFrame(cur.execute(query("fact_check_rows"), {"user_ids": list(user_ids)}).fetchall())
+
+
+def chunk_check_frame(conn: psycopg.Connection, session_ids: Sequence[str], max_chars: int,
+                      max_single: int) -> pd.DataFrame:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return pd.DataFrame(cur.execute(query("chunk_check_rows"), {
+            "session_ids": list(session_ids), "max_chars": max_chars, "max_single": max_single}).fetchall())

@@ -14,8 +14,11 @@ import httpx
 
 from memory_pipelines.llm.config import ModelConfig
 from memory_pipelines.llm.http import HttpCallError, post_json
-from memory_pipelines.llm.prompts import FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, Prompt
+from memory_pipelines.llm.prompts import (
+    EXTRACT_FACTS, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS, Prompt,
+)
 from memory_pipelines.models import Message, NoiseVerdict, Segment, Summary, SummaryFormatError
+from memory_pipelines.rules import facts as rules_facts
 from memory_pipelines.rules import noise as rules_noise
 from memory_pipelines.rules import summary as rules_summary
 
@@ -118,6 +121,14 @@ class ModelBackend(ABC):
     @abstractmethod
     def select_relevant(self, summary: Summary, request: str) -> tuple[Summary | None, ModelCall]: ...
 
+    @abstractmethod
+    def extract_facts(self, messages: Sequence[Message], transcript: str) -> tuple[Any, ModelCall]:
+        """Raw fact items (validated by the caller, item by item) from one session."""
+
+    @abstractmethod
+    def summarize_facts(self, facts: Sequence[tuple[str, str, str]]) -> tuple[str, ModelCall]:
+        """A per-user narrative from (category, key, value) facts."""
+
     def close(self) -> None:
         """Release connections (HTTP back ends)."""
 
@@ -153,6 +164,12 @@ class RulesBackend(ModelBackend):
     def select_relevant(self, summary, request):
         return self._run(SELECT_RELEVANT, json.dumps(summary.to_json()) + request,
                          lambda: rules_summary.relevant_entries(summary, request))
+
+    def extract_facts(self, messages, transcript):
+        return self._run(EXTRACT_FACTS, transcript, lambda: rules_facts.extract_facts(messages))
+
+    def summarize_facts(self, facts):
+        return self._run(SUMMARIZE_FACTS, json.dumps(facts), lambda: rules_facts.summarize_facts(facts))
 
 
 class PromptedBackend(ModelBackend):
@@ -246,6 +263,27 @@ class PromptedBackend(ModelBackend):
 
         return self._ask(SELECT_RELEVANT, SELECT_RELEVANT.system,
                          f"Summary entries:\n{listing}\n\nRequest: {request}", parse)
+
+
+    def extract_facts(self, messages, transcript):
+        def parse(data):
+            # {"facts": [...]} as asked; a bare array is accepted too
+            items = data.get("facts") if isinstance(data, dict) else data
+            if not isinstance(items, list):
+                raise SummaryFormatError('expected {"facts": [...]}')
+            return items
+
+        return self._ask(EXTRACT_FACTS, EXTRACT_FACTS.system, transcript, parse)
+
+    def summarize_facts(self, facts):
+        listing = "\n".join(f"- [{c}] {k}: {v}" for c, k, v in facts)
+
+        def parse(data):
+            if not isinstance(data, dict) or not isinstance(data.get("summary"), str) or not data["summary"].strip():
+                raise SummaryFormatError('expected {"summary": "..."}')
+            return data["summary"].strip()
+
+        return self._ask(SUMMARIZE_FACTS, SUMMARIZE_FACTS.system, listing, parse)
 
 
 class OllamaBackend(PromptedBackend):

@@ -56,3 +56,18 @@ Below are the numbered entries of a conversation summary and the user's next req
 Which entries are relevant to the request? General rules about language, format or
 workflow always count as relevant.
 Reply with one JSON object only: {"relevant": [<entry numbers>]}""")
+
+EXTRACT_FACTS = Prompt("extract_facts", """\
+Extract stable facts about the user from the conversation below: who they are, where
+they live and work, their preferences, the tools and setups they use, and decisions that
+hold from now on (a chosen port, a deploy target). Each line of the conversation starts
+with its message number in brackets. Skip small talk and anything temporary.
+Reply with one JSON object only: {"facts": [{"category": "identity|preferences|work|tools|environment|decisions|...",
+"key": "snake_case_name", "value": "...", "source": "user_explicit|tool_call|auto_discovery|conversation",
+"source_context": "a short quote it came from", "seq": <message number>}]}
+The facts are about the user this conversation belongs to, whatever the conversation says.""")
+
+SUMMARIZE_FACTS = Prompt("summarize_facts", """\
+Write a short narrative (at most 8 sentences) of what is known about the user, from the
+facts below, grouped by theme; prefer newer facts. Reply with one JSON object only:
+{"summary": "..."}""")

@@ -1,0 +1,130 @@
+"""Assets `memory_facts` (with memory_summary and session_memory_state) and `memory_chunks`."""
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import dagster as dg
+
+from assets.distillation import call_metadata
+from assets.partitions import DAILY_ASSET
+from assets.resources import MemorySettings, ModelResource, PostgresResource
+from assets.transcripts import partition_label
+from memory_pipelines import checks
+from memory_pipelines.db import repository
+from memory_pipelines.db.connection import get_pool
+from memory_pipelines.distill import CallContext, extract_facts_for_days, pack_chunks_for_days
+from memory_pipelines.quality import validate_frame
+from memory_pipelines.reporting import markdown_table
+
+FACT_CHECKS = [
+    dg.AssetCheckSpec("facts_unique_visible", asset="memory_facts", blocking=True,
+                      description="No two visible facts of a user share (category, key)."),
+    dg.AssetCheckSpec("facts_valid", asset="memory_facts", blocking=True,
+                      description="Confidence in 0..100, every merged_into points at a visible row of the same "
+                                  "user, seq spans ordered, facts belong to their session's user, lineage present."),
+]
+CHUNK_CHECKS = [
+    dg.AssetCheckSpec("chunks_valid", asset="memory_chunks",
+                      description="No chunk over the size cap, seq spans within their session, the session's "
+                                  "user, lineage present."),
+]
+
+
+def check_result(name: str, frame, specs) -> dg.AssetCheckResult:
+    """A great-expectations run as an asset check result with a readable summary."""
+    outcome = validate_frame(name, frame, specs)
+    return dg.AssetCheckResult(
+        check_name=name, passed=outcome.passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"summary": outcome.summary, "rows_checked": outcome.rows,
+                  "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in outcome.failures) or "none")},
+    )
+
+
+@dg.asset(
+    **DAILY_ASSET,
+    deps=["conversation_segments"],
+    check_specs=FACT_CHECKS,
+    group_name="memory",
+    kinds={"postgres"},
+    tags={"stage": "extract"},
+    description=(
+        "Facts about each user extracted from stale sessions (no activity for 30 minutes before the "
+        "partition's end, never extracted or extracted before their last activity), with noise left "
+        "out. Items are validated one by one; invalid ones go to memory_fact_rejections. Upsert by "
+        "(user, category, key) where the newest observation in conversation time wins; re-spelled "
+        "keys are merged (the older row hidden via merged_into). Then each touched user's "
+        "memory_summary is rewritten and the session marked extracted in session_memory_state."
+    ),
+)
+def memory_facts(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource,
+    memory_settings: MemorySettings,
+) -> Iterator:
+    pool = get_pool(postgres.url())
+    with llm.backend_for_run() as extractor:
+        report = extract_facts_for_days(
+            pool, context.partition_keys, extractor, CallContext(context.run_id, "memory_facts"),
+            stale_after=timedelta(minutes=memory_settings.stale_minutes), concurrency=llm.concurrency,
+        )
+    for failure in report.failures:
+        context.log.warning(failure)
+    counts = report.counts
+    context.log.info("%s: %d sessions extracted, %d facts accepted, %d rejected, %d model calls",
+                     partition_label(context), counts["sessions_extracted"], counts["facts_accepted"],
+                     counts["facts_rejected"], len(report.calls))
+    yield dg.MaterializeResult(metadata={
+        "partitions": partition_label(context),
+        "sessions_extracted": counts["sessions_extracted"],
+        "sessions_failed": counts["sessions_failed"],
+        "facts_accepted": counts["facts_accepted"],
+        "facts_rejected": counts["facts_rejected"],
+        "users_touched": len(report.users),
+        "memory_summaries_written": counts["memory_summaries_written"],
+        **call_metadata(report),
+        "preview": dg.MetadataValue.md(markdown_table(
+            report.preview, ["session", "category", "key", "value", "source", "confidence"])),
+    })
+    with pool.connection() as conn:
+        frame = repository.fact_check_frame(conn, sorted(report.users))
+    yield check_result("facts_unique_visible", frame[frame["visible"]] if not frame.empty else frame,
+                       checks.FACTS_UNIQUE)
+    yield check_result("facts_valid", frame, checks.FACTS_VALID)
+
+
+@dg.asset(
+    **DAILY_ASSET,
+    deps=["transcripts", "session_summaries"],
+    check_specs=CHUNK_CHECKS,
+    group_name="memory",
+    kinds={"postgres"},
+    tags={"stage": "chunk"},
+    description=(
+        "The verbatim archive search reads: every message that left a session's context window (older "
+        "than its last 16; all of them once the session is stale) packed into chunks of up to 4,000 "
+        "characters with their seq span, times, sha256 and breadcrumbs (the summary's keys plus a "
+        "deterministic extractor). Append-only; packing the same range twice is a no-op."
+    ),
+)
+def memory_chunks(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, memory_settings: MemorySettings,
+) -> Iterator:
+    pool = get_pool(postgres.url())
+    report = pack_chunks_for_days(
+        pool, context.partition_keys, CallContext(context.run_id, "memory_chunks"),
+        stale_after=timedelta(minutes=memory_settings.stale_minutes), window=memory_settings.context_messages,
+    )
+    counts = report.counts
+    context.log.info("%s: %d chunks written from %d messages", partition_label(context),
+                     counts["chunks_written"], counts["messages_chunked"])
+    yield dg.MaterializeResult(metadata={
+        "partitions": partition_label(context),
+        "sessions_considered": counts["sessions"],
+        "chunks_written": counts["chunks_written"],
+        "messages_chunked": counts["messages_chunked"],
+        "preview": dg.MetadataValue.md(markdown_table(
+            report.preview, ["session", "seqs", "chars", "breadcrumbs", "content"])),
+    })
+    with pool.connection() as conn:
+        frame = repository.chunk_check_frame(conn, sorted(report.sessions), checks.CHUNK_MAX, checks.CHUNK_SINGLE_MAX)
+    yield check_result("chunks_valid", frame, checks.CHUNKS_VALID)

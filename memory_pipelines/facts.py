@@ -1,0 +1,157 @@
+"""Extracted facts: render a session for extraction, validate what the model returns,
+and turn it into fact candidates with confidence, lineage and event time."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import jsonschema
+
+from memory_pipelines.llm.backends import TOOL_OUTPUT_CHARS, render_message
+from memory_pipelines.models import Message
+
+EXTRACTION_CHARS = 12_000
+SOURCES = ("conversation", "tool_call", "auto_discovery", "user_explicit")
+CONFIDENCE = {"tool_call": 95, "auto_discovery": 95, "user_explicit": 90}
+DEFAULT_CONFIDENCE = 70
+
+# What one extracted item must look like. Unknown fields (a "user_id", say) are ignored:
+# the user always comes from the session.
+ITEM_SCHEMA = {
+    "type": "object",
+    "required": ["category", "key", "value"],
+    "properties": {
+        "category": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"\w"},
+        "key": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"\w"},
+        "value": {"type": ["string", "number", "boolean"]},
+        "source": {"enum": list(SOURCES)},
+        "source_context": {"type": ["string", "null"], "maxLength": 2000},
+        "seq": {"type": ["integer", "null"]},
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(ITEM_SCHEMA)
+_NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# Spellings of one key: "preferred_language", "language", "my-language", "favoriteLanguage".
+_KEY_PREFIXES = ("preferred_", "favorite_", "favourite_", "my_", "default_", "primary_", "current_", "main_",
+                 "user_", "usual_")
+_KEY_SUFFIXES = ("_preference", "_choice", "_used")
+MAX_VALUE_CHARS = 2000
+
+
+def normalize_key(key: str) -> str:
+    """snake_case, lower case, words only: `Preferred-Language` → `preferred_language`."""
+    key = key.strip()
+    if key[:1].islower():  # favoriteLanguage → favorite_language; PostgreSQL stays one word
+        key = _CAMEL.sub("_", key)
+    return _NON_WORD.sub("_", key).strip("_").lower()
+
+
+def canonical_key(key: str) -> str:
+    """The spelling-insensitive form of a key: rows that share it are one fact."""
+    key = normalize_key(key)
+    changed = True
+    while changed:
+        changed = False
+        for prefix in _KEY_PREFIXES:
+            if key.startswith(prefix) and len(key) > len(prefix):
+                key, changed = key[len(prefix):], True
+        for suffix in _KEY_SUFFIXES:
+            if key.endswith(suffix) and len(key) > len(suffix):
+                key, changed = key[: -len(suffix)], True
+    return key
+
+
+def render_for_extraction(messages: Sequence[Message], dropped_seqs: frozenset[int] = frozenset(),
+                          limit: int = EXTRACTION_CHARS) -> str:
+    """The session as plain text, one numbered line per message (user, assistant, tool
+    calls and results cut to 500 characters), noise left out, cut to `limit` keeping the
+    head and the tail."""
+    lines = [f"[{m.seq}] {render_message(m, TOOL_OUTPUT_CHARS)}" for m in messages
+             if m.role != "system" and m.seq not in dropped_seqs]
+    return cut_head_tail("\n".join(lines), limit)
+
+
+def cut_head_tail(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    marker = f"\n[… {len(text) - limit} characters omitted …]\n"
+    keep = limit - len(marker)
+    return text[: keep // 2] + marker + text[len(text) - (keep - keep // 2):]
+
+
+@dataclass(frozen=True)
+class FactCandidate:
+    category: str
+    key: str
+    canonical_key: str
+    value: str
+    source: str
+    confidence: int
+    source_context: str | None
+    last_verified_at: datetime
+    seq_start: int
+    seq_end: int
+
+
+@dataclass(frozen=True)
+class Rejection:
+    item: Any
+    reason: str
+
+
+def validate_items(items: Any, messages: Sequence[Message]) -> tuple[list[FactCandidate], list[Rejection]]:
+    """Every item checked against the schema; an invalid one is dropped with its reason.
+    An item's time and span are its message's when it names one (`seq`), else the span of
+    the whole session up to its last message."""
+    if not isinstance(items, list):
+        return [], [Rejection(items, "the answer is not a list of facts")]
+    by_seq = {m.seq: m for m in messages}
+    first, last = min(by_seq), max(by_seq)
+    accepted: list[FactCandidate] = []
+    rejected: list[Rejection] = []
+    for item in items:
+        errors = sorted(_VALIDATOR.iter_errors(item), key=lambda e: list(e.path))
+        if errors:
+            error = errors[0]
+            where = ".".join(str(p) for p in error.path) or "item"
+            rejected.append(Rejection(item, f"{where}: {error.message}"[:300]))
+            continue
+        value = str(item["value"]).strip()
+        key = normalize_key(item["key"])
+        category = normalize_key(item["category"])
+        seq = item.get("seq")
+        if not value or not key or not category:
+            rejected.append(Rejection(item, "empty category, key or value"))
+            continue
+        if len(value) > MAX_VALUE_CHARS:
+            rejected.append(Rejection(item, f"value longer than {MAX_VALUE_CHARS} characters"))
+            continue
+        if seq is not None and seq not in by_seq:
+            rejected.append(Rejection(item, f"seq {seq} is not a message of this session"))
+            continue
+        source = item.get("source") or "conversation"
+        anchor = by_seq[seq] if seq is not None else by_seq[last]
+        accepted.append(FactCandidate(
+            category=category, key=key, canonical_key=canonical_key(key), value=value, source=source,
+            confidence=CONFIDENCE.get(source, DEFAULT_CONFIDENCE), source_context=item.get("source_context"),
+            last_verified_at=anchor.ts, seq_start=seq if seq is not None else first, seq_end=seq if seq is not None else last,
+        ))
+    return accepted, rejected
+
+
+def render_fact(category: str, key: str, value: str, confidence: int, updated: datetime, now: datetime) -> str:
+    """One fact as a prompt line: `• [preferences] editor → neovim (confidence: 90%, updated 34d ago)`."""
+    return f"• [{category}] {key} → {value} (confidence: {confidence}%, updated {_age(updated, now)})"
+
+
+def _age(then: datetime, now: datetime) -> str:
+    seconds = max(0, int((now - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return "just now"

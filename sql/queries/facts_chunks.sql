@@ -1,0 +1,156 @@
+-- name: sessions_due_for_extraction
+-- Stale as of the window's end (last activity before stale_before) and never extracted,
+-- or extracted before its last activity. Activity counts only messages sent before the end.
+WITH activity AS (
+    SELECT session_id, min(user_id) AS user_id, max(ts) AS last_ts, max(seq) AS last_seq
+    FROM messages
+    WHERE ts < %(end)s AND session_id NOT LIKE 'temp-%%'
+    GROUP BY session_id
+)
+SELECT a.session_id, a.user_id, a.last_ts, a.last_seq
+FROM activity a
+LEFT JOIN session_memory_state s USING (session_id)
+WHERE a.last_ts < %(stale_before)s AND (s.session_id IS NULL OR s.extracted_through < a.last_ts)
+ORDER BY a.session_id;
+
+-- name: session_messages_before
+SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
+       agent_id, tool_name, tool_args, tool_call_id, metadata
+FROM messages
+WHERE session_id = %(session_id)s AND ts < %(end)s AND seq > %(after_seq)s
+ORDER BY seq;
+
+-- name: session_dropped_seqs
+SELECT s.seq FROM conversation_segments c
+JOIN LATERAL generate_series(c.start_seq, c.end_seq) AS s(seq) ON true
+WHERE c.session_id = %(session_id)s AND c.dropped;
+
+-- name: lock_user
+SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.user'), hashtext(%(user_id)s));
+
+-- name: upsert_fact
+-- Event time wins: an observation older than the stored one changes nothing; an equal
+-- row is not rewritten, so re-running leaves the table as it was.
+INSERT INTO memory_facts AS f (user_id, category, key, canonical_key, value, source, confidence, last_verified_at,
+    source_context, session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version)
+VALUES (%(user_id)s, %(category)s, %(key)s, %(canonical_key)s, %(value)s, %(source)s, %(confidence)s,
+    %(last_verified_at)s, %(source_context)s, %(session_id)s, %(seq_start)s, %(seq_end)s, %(partition_key)s,
+    %(run_id)s, %(model)s, %(prompt_version)s)
+ON CONFLICT (user_id, category, key) DO UPDATE
+SET value = EXCLUDED.value, source = EXCLUDED.source, confidence = EXCLUDED.confidence,
+    last_verified_at = EXCLUDED.last_verified_at, source_context = EXCLUDED.source_context,
+    session_id = EXCLUDED.session_id, seq_start = EXCLUDED.seq_start, seq_end = EXCLUDED.seq_end,
+    partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id, model = EXCLUDED.model,
+    prompt_version = EXCLUDED.prompt_version, updated_at = now()
+WHERE EXCLUDED.last_verified_at > f.last_verified_at
+   OR (EXCLUDED.last_verified_at = f.last_verified_at
+       AND (f.value, f.source, f.session_id, f.seq_start) IS DISTINCT FROM
+           (EXCLUDED.value, EXCLUDED.source, EXCLUDED.session_id, EXCLUDED.seq_start)
+       AND (EXCLUDED.session_id, EXCLUDED.seq_start, EXCLUDED.value) > (f.session_id, f.seq_start, f.value));
+
+-- name: merge_fact_families
+-- Rows whose keys are spellings of one key form a family: the most recently seen one is
+-- visible, the others point at it.
+WITH ranked AS (
+    SELECT id, first_value(id) OVER (PARTITION BY user_id, category, canonical_key
+                                     ORDER BY last_verified_at DESC, key) AS survivor
+    FROM memory_facts
+    WHERE user_id = %(user_id)s AND canonical_key = ANY(%(canonical_keys)s)
+)
+UPDATE memory_facts f
+SET merged_into = NULLIF(r.survivor, f.id), updated_at = now()
+FROM ranked r
+WHERE f.id = r.id AND f.merged_into IS DISTINCT FROM NULLIF(r.survivor, f.id);
+
+-- name: insert_fact_rejection
+INSERT INTO memory_fact_rejections (user_id, session_id, item, reason, partition_key, run_id, model, prompt_version)
+VALUES (%(user_id)s, %(session_id)s, %(item)s, %(reason)s, %(partition_key)s, %(run_id)s, %(model)s,
+        %(prompt_version)s)
+ON CONFLICT (session_id, item, reason) DO NOTHING;
+
+-- name: mark_session_extracted
+INSERT INTO session_memory_state AS s (session_id, user_id, extracted_through, extracted_seq, extracted_at,
+    facts_accepted, facts_rejected, partition_key, run_id)
+VALUES (%(session_id)s, %(user_id)s, %(extracted_through)s, %(extracted_seq)s, %(extracted_at)s,
+        %(facts_accepted)s, %(facts_rejected)s, %(partition_key)s, %(run_id)s)
+ON CONFLICT (session_id) DO UPDATE
+SET extracted_through = EXCLUDED.extracted_through, extracted_seq = EXCLUDED.extracted_seq,
+    extracted_at = EXCLUDED.extracted_at, facts_accepted = EXCLUDED.facts_accepted,
+    facts_rejected = EXCLUDED.facts_rejected, partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id;
+
+-- name: visible_facts
+SELECT id, category, key, value, source, confidence, last_verified_at, source_context, merged_into,
+       session_id, seq_start, seq_end, model, prompt_version
+FROM memory_facts
+WHERE user_id = %(user_id)s AND (%(include_merged)s OR merged_into IS NULL)
+ORDER BY category, key;
+
+-- name: memory_summary_hash
+SELECT facts_hash FROM memory_summary WHERE user_id = %(user_id)s;
+
+-- name: upsert_memory_summary
+INSERT INTO memory_summary AS s (user_id, content, fact_count, facts_hash, model, prompt_version, run_id)
+VALUES (%(user_id)s, %(content)s, %(fact_count)s, %(facts_hash)s, %(model)s, %(prompt_version)s, %(run_id)s)
+ON CONFLICT (user_id) DO UPDATE
+SET content = EXCLUDED.content, fact_count = EXCLUDED.fact_count, facts_hash = EXCLUDED.facts_hash,
+    model = EXCLUDED.model, prompt_version = EXCLUDED.prompt_version, run_id = EXCLUDED.run_id, updated_at = now();
+
+-- name: delete_fact_hidden_rows
+DELETE FROM memory_facts WHERE merged_into = %(id)s;
+
+-- name: delete_fact
+DELETE FROM memory_facts WHERE id = %(id)s AND user_id = %(user_id)s;
+
+-- name: find_fact
+SELECT id FROM memory_facts
+WHERE user_id = %(user_id)s AND key = %(key)s AND (%(category)s::text IS NULL OR category = %(category)s)
+  AND merged_into IS NULL;
+
+-- name: sessions_active_between
+SELECT DISTINCT session_id, user_id FROM messages
+WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'
+ORDER BY session_id;
+
+-- name: session_window_state
+-- As of the window's end: the last activity and the seq that leaves the context window.
+SELECT max(ts), (array_agg(seq ORDER BY seq DESC))[%(window)s + 1]
+FROM messages WHERE session_id = %(session_id)s AND ts < %(end)s;
+
+-- name: chunk_watermark
+SELECT coalesce(max(end_seq), -1) FROM memory_chunks WHERE session_id = %(session_id)s;
+
+-- name: summary_keys_as_of
+SELECT version, summary -> 'keys' FROM session_summary_versions
+WHERE session_id = %(session_id)s AND partition_key <= %(partition_key)s
+ORDER BY version DESC LIMIT 1;
+
+-- name: insert_chunk
+INSERT INTO memory_chunks (user_id, session_id, start_seq, end_seq, started_at, ended_at, content, content_hash,
+    breadcrumbs, message_count, summary_version, partition_key, run_id, model, prompt_version)
+VALUES (%(user_id)s, %(session_id)s, %(start_seq)s, %(end_seq)s, %(started_at)s, %(ended_at)s, %(content)s,
+    %(content_hash)s, %(breadcrumbs)s, %(message_count)s, %(summary_version)s, %(partition_key)s, %(run_id)s,
+    %(model)s, %(prompt_version)s)
+ON CONFLICT (session_id, content_hash) DO NOTHING;
+
+-- name: fact_check_rows
+-- The facts of the users a run wrote, with what the checks assert computed per row.
+SELECT f.id, f.user_id, f.category, f.key, f.confidence, f.session_id, f.seq_start, f.seq_end, f.run_id,
+       f.model, f.prompt_version, f.merged_into IS NULL AS visible,
+       (f.merged_into IS NULL OR EXISTS (
+            SELECT 1 FROM memory_facts t WHERE t.id = f.merged_into AND t.merged_into IS NULL
+                                           AND t.user_id = f.user_id)) AS merge_target_visible,
+       f.seq_end >= f.seq_start AS span_ordered,
+       EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = f.session_id AND s.user_id = f.user_id) AS same_user
+FROM memory_facts f
+WHERE f.user_id = ANY(%(user_ids)s);
+
+-- name: chunk_check_rows
+SELECT c.id, c.session_id, c.run_id, c.model, c.prompt_version, c.content_hash,
+       (length(c.content) <= %(max_chars)s
+        OR (c.message_count = 1 AND length(c.content) <= %(max_single)s)) AS within_cap,
+       (c.start_seq >= b.first_seq AND c.end_seq <= b.last_seq AND c.start_seq <= c.end_seq) AS span_in_session,
+       c.user_id = b.user_id AS same_user
+FROM memory_chunks c
+JOIN (SELECT session_id, min(seq) AS first_seq, max(seq) AS last_seq, min(user_id) AS user_id
+      FROM messages WHERE session_id = ANY(%(session_ids)s) GROUP BY session_id) b USING (session_id)
+WHERE c.session_id = ANY(%(session_ids)s);
