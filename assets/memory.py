@@ -43,7 +43,7 @@ def check_result(name: str, frame, specs) -> dg.AssetCheckResult:
 
 @dg.asset(
     **DAILY_ASSET,
-    deps=["conversation_segments"],
+    deps=["transcripts", "conversation_segments"],
     check_specs=FACT_CHECKS,
     group_name="memory",
     kinds={"postgres"},

@@ -40,6 +40,7 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _KEY_PREFIXES = ("preferred_", "favorite_", "favourite_", "my_", "default_", "primary_", "current_", "main_",
                  "user_", "usual_")
 _KEY_SUFFIXES = ("_preference", "_choice", "_used")
+_DISTINCT_KEYS = {"preferred_name", "display_name", "user_name"}  # not spellings of "name"
 MAX_VALUE_CHARS = 2000
 
 
@@ -54,6 +55,8 @@ def normalize_key(key: str) -> str:
 def canonical_key(key: str) -> str:
     """The spelling-insensitive form of a key: rows that share it are one fact."""
     key = normalize_key(key)
+    if key in _DISTINCT_KEYS:
+        return key
     changed = True
     while changed:
         changed = False

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import psycopg
 
 from memory_pipelines.db import repository
+from memory_pipelines.db.repository import StoredFact
+from memory_pipelines.facts import render_fact
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.models import Message, Summary
 
@@ -62,3 +65,16 @@ def context_for(conn: psycopg.Connection, session_id: str, request: str | None =
     repository.insert_llm_calls(conn, [call], run_id=QUERY_RUN_ID, asset="query.context_for",
                                 partition_key=None, session_id=session_id)
     return SessionContext(session_id, messages, kept, relevance, call)
+
+
+def user_facts(conn: psycopg.Connection, user_id: str, *, include_merged: bool = False) -> list[StoredFact]:
+    """A user's facts. Rows merged into another (re-spelled keys) are hidden unless asked for."""
+    return repository.facts_for_user(conn, user_id, include_merged)
+
+
+def facts_prompt(conn: psycopg.Connection, user_id: str, now: datetime | None = None) -> str:
+    """The user's visible facts as prompt lines, each with its confidence and age, so a
+    stale fact reads as stale: `• [preferences] editor → neovim (confidence: 90%, updated 34d ago)`."""
+    now = now or datetime.now(UTC)
+    return "\n".join(render_fact(f.category, f.key, f.value, f.confidence, f.last_verified_at, now)
+                     for f in user_facts(conn, user_id))

@@ -44,6 +44,10 @@ def _purpose(system: str) -> str:
         return "find_overturned"
     if "relevant to the request" in system:
         return "select_relevant"
+    if "Extract stable facts" in system:
+        return "extract_facts"
+    if "short narrative" in system:
+        return "summarize_facts"
     return "unknown"
 
 
@@ -65,6 +69,14 @@ def default_answer(request: Request, number: int) -> dict:
         return {"overturned": []}
     if request.purpose == "select_relevant":
         return {"relevant": [1]}
+    if request.purpose == "extract_facts":
+        first = re.search(r"^\[(\d+)\] User: (.*)$", request.user, re.MULTILINE)
+        if first is None:
+            return {"facts": []}
+        return {"facts": [{"category": "notes", "key": f"note_{first.group(1)}", "value": first.group(2)[:80],
+                           "source": "conversation", "seq": int(first.group(1))}]}
+    if request.purpose == "summarize_facts":
+        return {"summary": f"{request.user.count(chr(10)) + 1} facts known."}
     return {}
 
 

@@ -10,7 +10,7 @@ import dagster as dg
 import psycopg
 from psycopg import sql
 
-from assets.resources import ModelResource, PostgresResource, SummarySettings, TranscriptSource
+from assets.resources import MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSource
 
 
 def with_database(url: str, name: str) -> str:
@@ -64,6 +64,7 @@ def pipeline_resources(url: str, transcripts: Path, *, llm: ModelResource | None
         "llm": llm or ModelResource(),
         "decision": decision or ModelResource(),
         "summary_settings": settings,
+        "memory_settings": MemorySettings(),
     }
 
 

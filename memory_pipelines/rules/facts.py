@@ -22,13 +22,14 @@ _END = r"(?=\s*(?:[.,;!?\n]|$|\band\b|\bbut\b|\bso\b))"
 
 # (category, key or None for a captured key, pattern, source)
 USER_PATTERNS: tuple[tuple[str, str | None, re.Pattern[str]], ...] = (
-    ("identity", "name", re.compile(r"\bmy name is " + _NAME, re.IGNORECASE)),
-    ("identity", "name", re.compile(r"\bich hei(?:ß|ss)e " + _NAME, re.IGNORECASE)),
-    ("identity", "name", re.compile(r"\bme llamo " + _NAME, re.IGNORECASE)),
+    # names and places are capitalized words: only the lead-in ignores case
+    ("identity", "name", re.compile(r"\b(?i:my name is) " + _NAME)),
+    ("identity", "name", re.compile(r"\b(?i:ich hei(?:ß|ss)e) " + _NAME)),
+    ("identity", "name", re.compile(r"\b(?i:me llamo) " + _NAME)),
     ("identity", "preferred_name", re.compile(r"\bcall me " + _NAME)),
     ("identity", "location", re.compile(r"\bI (?:live|am based|'m based|moved) (?:in|to) " + _PLACE)),
-    ("identity", "location", re.compile(r"\b(?:ich wohne|ich lebe) in " + _PLACE, re.IGNORECASE)),
-    ("identity", "location", re.compile(r"\bvivo en " + _PLACE, re.IGNORECASE)),
+    ("identity", "location", re.compile(r"\b(?i:ich wohne|ich lebe) in " + _PLACE)),
+    ("identity", "location", re.compile(r"\b(?i:vivo en) " + _PLACE)),
     ("identity", "location", re.compile(r"我住在([^\s，。,.!?！？]{1,20})")),
     ("identity", "name", re.compile(r"我叫([^\s，。,.!?！？]{1,12})")),
     ("identity", "timezone", re.compile(r"\bmy time ?zone is ([A-Za-z_]+/[A-Za-z_]+|UTC[+-]?\d*|[A-Z]{3,4})", re.IGNORECASE)),

@@ -1,0 +1,182 @@
+"""Breadcrumbs, chunk packing, fact validation and the rules extractor (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from memory_pipelines.breadcrumbs import extract_breadcrumbs, merge_breadcrumbs
+from memory_pipelines.chunks import CHUNK_MAX_CHARS, Chunk, chunk_breadcrumbs, chunk_line, pack_chunks
+from memory_pipelines.facts import (
+    EXTRACTION_CHARS, canonical_key, normalize_key, render_fact, render_for_extraction, validate_items,
+)
+from memory_pipelines.models import Message
+from memory_pipelines.rules.facts import extract_facts
+
+T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
+
+
+def msg(seq, role, content, **extra) -> Message:
+    return Message(session_id="s1", seq=seq, user_id="u1", role=role, content=content,
+                   ts=T0 + timedelta(minutes=seq), content_hash=f"h{seq}", source_file="f", source_line=seq, **extra)
+
+
+# --- breadcrumbs ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, crumb", [
+    ("see https://docs.example.com/a/b?x=1.", "https://docs.example.com/a/b?x=1"),
+    ("run `pytest -q` first", "pytest -q"),
+    ("edit /etc/nginx/nginx.conf now", "/etc/nginx/nginx.conf"),
+    ("in services/ledger-api/config.toml", "services/ledger-api/config.toml"),
+    ("open main.py please", "main.py"),
+    ("this is #4521 again", "#4521"),
+    ("run it on port 9090", "port 9090"),
+    ("the dump is 4,5 GB", "4,5 GB"),
+    ("p95 went to 12 ms", "12 ms"),
+    ("CPU at 80% all day", "80%"),
+    ("raise MAX_POOL_SIZE to 40", "MAX_POOL_SIZE"),
+    ("call load_settings() twice", "load_settings"),
+    ("the ConfigCache class", "ConfigCache"),
+    ("the ledger-api service", "ledger-api"),
+    ('the "rolling summary cursor" idea', "rolling summary cursor"),
+])
+def test_each_kind_of_breadcrumb(text, crumb):
+    assert crumb in extract_breadcrumbs([text])
+
+
+def test_breadcrumbs_rank_kind_then_frequency_and_cap():
+    crumbs = extract_breadcrumbs(["a_b a_b c_d https://x.org/y"] + [f"name_{i}" for i in range(60)])
+    assert crumbs[0] == "https://x.org/y" and crumbs[1] == "a_b" and len(crumbs) == 40
+    assert "and/or" not in extract_breadcrumbs(["this and/or that"])
+    assert merge_breadcrumbs(["A", "b"], ["a", "c"]) == ["A", "b", "c"]
+
+
+# --- chunks -----------------------------------------------------------------------------
+
+def test_chunk_lines_prefix_and_skip():
+    assert chunk_line(msg(1, "user", "hi")) == "User: hi"
+    assert chunk_line(msg(2, "assistant", "ok")) == "Assistant: ok"
+    assert chunk_line(msg(3, "tool", "out", tool_name="shell")) == "Tool result (shell): out"
+    assert chunk_line(msg(4, "assistant", "", tool_name="shell", tool_args={"cmd": "ls"})) == \
+        'Assistant: [Tool call] shell({"cmd": "ls"})'
+    assert chunk_line(msg(5, "system", "You are navi")) is None
+    assert chunk_line(msg(6, "assistant", "old summary", metadata={"kind": "summary"})) is None
+    big = chunk_line(msg(7, "user", "a" * 20_000 + "END"))
+    assert big.endswith("END") and "characters elided" in big and len(big) < 12_100
+
+
+def test_packing_bounds_closure_and_staleness():
+    messages = [msg(i, "user" if i % 2 else "assistant", f"m{i} " + "x" * 700) for i in range(1, 30)]
+    closed = pack_chunks(messages, eligible_through=20, stale=False)
+    assert closed and all(len(c.content) <= CHUNK_MAX_CHARS for c in closed)
+    assert closed[-1].end_seq <= 20
+    assert [c.start_seq for c in closed] == [1] + [c.end_seq + 1 for c in closed[:-1]]
+    everything = pack_chunks(messages, eligible_through=None, stale=True)
+    assert everything[-1].end_seq == 29
+    assert [c.content for c in everything[: len(closed)]] == [c.content for c in closed]  # same boundaries
+    assert pack_chunks(messages, eligible_through=None, stale=False) == []
+    # a message too big for a chunk is a chunk of its own, capped
+    alone = pack_chunks([msg(1, "user", "y" * 30_000), msg(2, "assistant", "ok")], None, True)
+    assert [c.message_count for c in alone] == [1, 1] and len(alone[0].content) <= 12_100
+
+
+def test_packing_is_deterministic_and_hashes_content():
+    messages = [msg(i, "user", f"message {i} " * 50) for i in range(1, 40)]
+    first, again = pack_chunks(messages, 30, False), pack_chunks(messages, 30, False)
+    assert first == again and len({c.content_hash for c in first}) == len(first)
+
+
+def test_chunk_breadcrumbs_union_most_important_first():
+    chunk = Chunk("s1", "u1", 1, 2, T0, T0, "User: deploy ledger-api on port 9090 see #77", 2)
+    crumbs = chunk_breadcrumbs(chunk, ["ledger-api", "unrelated_key"])
+    assert crumbs[0] == "ledger-api" and "port 9090" in crumbs and "#77" in crumbs
+    assert crumbs[-1] == "unrelated_key"
+
+
+# --- facts ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a, b", [
+    ("language", "preferred_language"), ("Preferred-Language", "language"), ("favoriteLanguage", "language"),
+    ("my language", "LANGUAGE"), ("editor_preference", "editor"),
+])
+def test_respelled_keys_share_a_canonical_key(a, b):
+    assert canonical_key(a) == canonical_key(b)
+
+
+def test_normalize_key():
+    assert normalize_key("Preferred Language!") == "preferred_language"
+    assert normalize_key("PostgreSQL") == "postgresql"
+    assert canonical_key("preferred_name") != canonical_key("name")  # prefixes only strip before a word
+
+
+def test_items_are_validated_one_by_one():
+    messages = [msg(1, "user", "I prefer vim"), msg(2, "assistant", "ok")]
+    items = [
+        {"category": "preferences", "key": "editor", "value": "vim", "source": "user_explicit", "seq": 1},
+        {"category": "preferences", "key": "shell", "value": "zsh"},
+        {"category": "identity", "key": "name", "value": "Eve", "user_id": "bob", "source": "tool_call"},
+        {"category": "x", "value": "no key"},
+        {"category": "x", "key": "k", "value": ["list"]},
+        {"category": "x", "key": "k", "value": "v", "source": "rumour"},
+        {"category": "x", "key": "k", "value": "v", "seq": 99},
+        {"category": "x", "key": "k", "value": "z" * 3000},
+        "not an object",
+    ]
+    accepted, rejected = validate_items(items, messages)
+    assert [(c.key, c.confidence, c.seq_start, c.seq_end) for c in accepted] == [
+        ("editor", 90, 1, 1), ("shell", 70, 1, 2), ("name", 95, 1, 2)]
+    assert accepted[0].last_verified_at == messages[0].ts and accepted[1].last_verified_at == messages[1].ts
+    assert len(rejected) == 6
+    reasons = " | ".join(r.reason for r in rejected)
+    for fragment in ("'key' is a required property", "is not of type", "is not one of", "seq 99",
+                     "longer than 2000", "is not of type 'object'"):
+        assert fragment in reasons
+    assert validate_items({"not": "a list"}, messages)[1][0].reason == "the answer is not a list of facts"
+
+
+def test_rendering_for_extraction_numbers_lines_drops_noise_and_cuts_the_middle():
+    messages = [msg(1, "system", "sys"), msg(2, "user", "hi"), msg(3, "user", "my editor is vim"),
+                msg(4, "assistant", "", tool_name="shell", tool_args={"cmd": "ls"}),
+                msg(5, "tool", "x" * 900, tool_name="shell")]
+    text = render_for_extraction(messages, frozenset({2}))
+    assert text.splitlines()[0] == "[3] User: my editor is vim"
+    assert '[4] [Tool call] shell({"cmd": "ls"})' in text
+    assert "[5] [Tool result] shell: " + "x" * 500 + "…" in text and "sys" not in text and "hi" not in text
+    long = render_for_extraction([msg(i, "user", f"line {i} " + "w" * 300) for i in range(1, 200)])
+    assert len(long) <= EXTRACTION_CHARS and long.startswith("[1] User: line 1 ") and "line 199" in long
+    assert "characters omitted" in long
+
+
+def test_fact_prompt_line():
+    line = render_fact("preferences", "editor", "neovim", 90, T0, T0 + timedelta(days=34, hours=3))
+    assert line == "• [preferences] editor → neovim (confidence: 90%, updated 34d ago)"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Hi, my name is Bob Martin and I live in Lisbon.", {("identity", "name", "Bob Martin"),
+                                                          ("identity", "location", "Lisbon")}),
+    ("I prefer neovim as my editor.", {("preferences", "editor", "neovim")}),
+    ("my preferred language is Python", {("preferences", "preferred_language", "Python")}),
+    ("ok so language: Python 3.12 is what I use", {("preferences", "language", "Python 3.12")}),
+    ("let's run ledger-api on port 8080", {("decisions", "ledger-api_port", "8080")}),
+    ("switch tapas-finder from Heroku to Fly.io, region mad", {("decisions", "tapas-finder_deploy_target", "Fly.io")}),
+    ("Please always answer in German.", {("preferences", "reply_language", "German")}),
+    ("I work at Acme Corp, call me Ally", {("work", "employer", "Acme Corp"), ("identity", "preferred_name", "Ally")}),
+    ("what is the weather like?", set()),
+])
+def test_rules_extraction_from_explicit_statements(text, expected):
+    found = {(i["category"], i["key"], i["value"]) for i in extract_facts([msg(1, "user", text)])}
+    assert found == expected
+
+
+def test_rules_extraction_from_key_value_tool_results():
+    messages = [
+        msg(1, "assistant", "", tool_name="shell", tool_args={"cmd": "cat ~/src/app/config.toml"}, tool_call_id="c1"),
+        msg(2, "tool", "port: 8080\nhost: 0.0.0.0\nINFO: started", tool_name="shell", tool_call_id="c1"),
+        msg(3, "assistant", "", tool_name="shell", tool_args={"cmd": "cat settings.py"}, tool_call_id="c2"),
+        msg(4, "tool", "a: int = 1\nb: str = 'x'", tool_name="shell", tool_call_id="c2"),
+        msg(5, "tool", "port: 1\nhost: x", tool_name="shell", tool_call_id="c9", metadata={"is_error": True}),
+    ]
+    found = {(i["key"], i["value"], i["source"], i["seq"]) for i in extract_facts(messages)}
+    assert found == {("config_port", "8080", "tool_call", 2), ("config_host", "0.0.0.0", "tool_call", 2)}
