@@ -13,6 +13,7 @@ import psycopg
 from memory_pipelines.chunks import CONTEXT_WINDOW_MESSAGES
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS, default_home
 from memory_pipelines.db.connection import get_pool, resolve_url
+from memory_pipelines.embed import EmbedConfig, Embedder, build_embedder, embed_config
 from memory_pipelines.llm import ModelBackend, ModelConfig, build_backend
 from memory_pipelines.llm.config import DEFAULT_MODELS, chat_config, decision_config
 from memory_pipelines.summaries import SUMMARY_CHUNK_CHARS
@@ -94,11 +95,40 @@ class MemorySettings(dg.ConfigurableResource):
     context_messages: int = CONTEXT_WINDOW_MESSAGES
 
 
+class EmbedderResource(dg.ConfigurableResource):
+    """The embedding back end (MEMORY_EMBED_*), configured apart from the chat model."""
+
+    backend: str = "hashing"
+    base_url: str = ""
+    model: str = "hashing-v1"
+    api_key: str | None = None
+    dimension: int | None = None
+    batch_size: int = 64
+    pause_s: float = 0.0
+    timeout_s: float = 120.0
+    retries: int = 3
+    backoff_s: float = 1.0
+
+    @classmethod
+    def from_config(cls, config: EmbedConfig) -> "EmbedderResource":
+        key_set = os.environ.get("MEMORY_EMBED_API_KEY", "").strip()
+        return cls(**{**asdict(config), "api_key": dg.EnvVar("MEMORY_EMBED_API_KEY") if key_set else None})
+
+    @contextmanager
+    def embedder_for_run(self) -> Iterator[Embedder]:
+        embedder = build_embedder(EmbedConfig(**{f.name: getattr(self, f.name) for f in fields(EmbedConfig)}))
+        try:
+            yield embedder
+        finally:
+            embedder.close()
+
+
 def resources_from_env() -> dict[str, dg.ConfigurableResource]:
     max_bytes = dg.EnvVar.int("MEMORY_MAX_MESSAGE_BYTES") if os.environ.get("MEMORY_MAX_MESSAGE_BYTES") else 1_000_000
     chunk = dg.EnvVar.int("MEMORY_SUMMARY_CHUNK_CHARS") if os.environ.get("MEMORY_SUMMARY_CHUNK_CHARS") else SUMMARY_CHUNK_CHARS
     return {
         "llm": ModelResource.from_config(chat_config(), "MEMORY_LLM_API_KEY"),
+        "embedder": EmbedderResource.from_config(embed_config()),
         "decision": ModelResource.from_config(decision_config(), "MEMORY_DECISION_API_KEY", "MEMORY_LLM_API_KEY"),
         "summary_settings": SummarySettings(language=_env_or("MEMORY_SUMMARY_LANGUAGE", "auto"), chunk_chars=chunk),
         "memory_settings": MemorySettings(

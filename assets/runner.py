@@ -79,7 +79,10 @@ def partition_keys_between(start: str, end: str) -> list[str]:
 def first_error(result: dg.ExecuteInProcessResult) -> str:
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data.error is not None:
-            return event.step_failure_data.error.message.strip().splitlines()[-1]
+            error = event.step_failure_data.error
+            while error.cause is not None:  # the user code's own error, not Dagster's wrapper
+                error = error.cause
+            return f"{event.step_key}: {error.message.strip().splitlines()[-1]}"
     return "run failed"
 
 

@@ -188,6 +188,54 @@ def cmd_context(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.embed import build_embedder, embed_config
+    from memory_pipelines.search import UnifiedMemorySearch, format_hits
+
+    if args.user is None and not args.admin:
+        raise CliError("--user is required (searching every user needs --admin)")
+    pool = get_pool(_connect_url(_settings()))
+    embedder = build_embedder(embed_config())
+    try:
+        with pool.connection() as conn:
+            hits = UnifiedMemorySearch(conn, embedder, admin=args.admin).search(
+                args.query, scope=args.scope, k=args.k, user_id=args.user, session_id=args.session,
+                current_session_id=args.session)
+    finally:
+        embedder.close()
+    if args.json:
+        print(json.dumps([asdict(h) for h in hits], ensure_ascii=False, indent=2, default=str))
+    else:
+        print(format_hits(args.query, args.scope, hits))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from memory_pipelines import bench
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.embed import build_embedder, embed_config
+
+    pool = get_pool(_connect_url(_settings()))
+    embedder = build_embedder(embed_config())
+    try:
+        with pool.connection() as conn:
+            scores = bench.retrieval(conn, embedder, k=args.k)
+    finally:
+        embedder.close()
+    if not any(s.questions for s in scores):
+        raise CliError("no labelled question has a relevant chunk: run `memory-pipelines run` on the sample first")
+    if args.json:
+        print(json.dumps({"embedder": embedder.model_id, "k": args.k, "modes": [asdict(s) for s in scores]}, indent=2))
+    else:
+        print(bench.markdown(scores, args.k, embedder.model_id))
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from memory_pipelines.generator import GeneratorConfig, write_transcripts
 
@@ -228,6 +276,22 @@ def build_parser() -> argparse.ArgumentParser:
     ctx.add_argument("--all", action="store_true", help="keep every summary entry (no decision model)")
     ctx.add_argument("--json", action="store_true")
     ctx.set_defaults(func=cmd_context)
+
+    search = sub.add_parser("search", help="unified memory search: facts, raw excerpts, sketches")
+    search.add_argument("query")
+    search.add_argument("--user", help="whose memory (required unless --admin)")
+    search.add_argument("--scope", default="all", help="all (default), facts, raw or sketches")
+    search.add_argument("--k", type=int, default=5, help="hits per store, 1-20 (default 5)")
+    search.add_argument("--session", help="narrow raw excerpts to one session (and rank its notes first)")
+    search.add_argument("--admin", action="store_true", help="search every user")
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(func=cmd_search)
+
+    bench = sub.add_parser("bench", help="benchmarks: retrieval (recall@k and nDCG@k per search mode)")
+    bench.add_argument("kind", choices=["retrieval"])
+    bench.add_argument("--k", type=int, default=5)
+    bench.add_argument("--json", action="store_true")
+    bench.set_defaults(func=cmd_bench)
 
     gen = sub.add_parser("generate", help="write deterministic synthetic transcripts (for benchmarks)")
     gen.add_argument("out", help="output folder")

@@ -17,6 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from memory_pipelines.chunks import CONTEXT_WINDOW_MESSAGES, PACKER_VERSION, chunk_breadcrumbs, pack_chunks
 from memory_pipelines.db import repository
+from memory_pipelines.db.queries import query
 from memory_pipelines.facts import render_for_extraction, validate_items
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.llm.prompts import EXTRACT_FACTS, JUDGE_SEGMENTS, SUMMARIZE_FACTS
@@ -311,4 +312,30 @@ def pack_chunks_for_days(pool: ConnectionPool, partition_keys: Sequence[str], ct
                                        "chars": len(c.content), "breadcrumbs": ", ".join(r["breadcrumbs"][:6]),
                                        "content": c.content} for c, r in zip(chunks, rows))
         report.counts["sessions"] += len(sessions)
+    return report
+
+
+def collect_sketches(pool: ConnectionPool, partition_keys: Sequence[str], ctx: CallContext) -> StageReport:
+    """sketches for each day: the scratchpad tool's writes found in the transcripts
+    (`{"action": "set", "section", "key", "value", "scope"}`), newest write wins."""
+    report = StageReport()
+    for key in partition_keys:
+        window = _day_window(key)
+        with pool.connection() as conn, conn.transaction():
+            for session_id, seq, user_id, ts, args in conn.execute(
+                    query("scratchpad_writes"), {"start": window.start, "end": window.end}).fetchall():
+                args = args or {}
+                if args.get("action", "set") not in ("set", "update", "write") or not args.get("key"):
+                    report.counts["scratchpad_reads"] += 1
+                    continue
+                scope = "user" if args.get("scope") == "user" else "session"
+                conn.execute(query("upsert_sketch"), {
+                    "user_id": user_id, "scope": scope, "session_id": session_id,
+                    "scope_key": session_id if scope == "session" else "", "section": str(args.get("section") or
+                                                                                         "notes"),
+                    "key": str(args["key"]), "value": str(args.get("value", "")), "updated_at": ts,
+                    "source": "transcript", "source_seq": seq, "partition_key": key, "run_id": ctx.run_id})
+                report.counts["sketch_writes"] += 1
+                report.preview.append({"session": session_id, "section": args.get("section"), "key": args["key"],
+                                       "value": args.get("value"), "scope": scope})
     return report

