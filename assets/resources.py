@@ -123,12 +123,33 @@ class EmbedderResource(dg.ConfigurableResource):
             embedder.close()
 
 
+class LifecycleSettings(dg.ConfigurableResource):
+    """Knowledge entries and decay: PII sanitizing, a default TTL and consent basis for new
+    entries, the decay base rate (per hour), archive threshold and PII retention."""
+
+    sanitize_pii: bool = True
+    entry_ttl_seconds: int | None = None
+    consent_basis: str = "not_set"
+    decay_base_rate: float = 0.001
+    decay_threshold: float = 0.5
+    pii_retention_days: int = 180
+
+
 def resources_from_env() -> dict[str, dg.ConfigurableResource]:
     max_bytes = dg.EnvVar.int("MEMORY_MAX_MESSAGE_BYTES") if os.environ.get("MEMORY_MAX_MESSAGE_BYTES") else 1_000_000
     chunk = dg.EnvVar.int("MEMORY_SUMMARY_CHUNK_CHARS") if os.environ.get("MEMORY_SUMMARY_CHUNK_CHARS") else SUMMARY_CHUNK_CHARS
     return {
         "llm": ModelResource.from_config(chat_config(), "MEMORY_LLM_API_KEY"),
         "embedder": EmbedderResource.from_config(embed_config()),
+        "lifecycle": LifecycleSettings(
+            sanitize_pii=os.environ.get("MEMORY_PII_SANITIZE", "1").strip().lower() not in ("0", "false", "no", "off"),
+            entry_ttl_seconds=int(os.environ["MEMORY_ENTRY_TTL_SECONDS"]) if os.environ.get("MEMORY_ENTRY_TTL_SECONDS")
+            else None,
+            consent_basis=_env_or("MEMORY_CONSENT_BASIS", "not_set"),
+            decay_base_rate=float(os.environ.get("MEMORY_DECAY_BASE_RATE") or 0.001),
+            decay_threshold=float(os.environ.get("MEMORY_DECAY_THRESHOLD") or 0.5),
+            pii_retention_days=int(os.environ.get("MEMORY_PII_RETENTION_DAYS") or 180),
+        ),
         "decision": ModelResource.from_config(decision_config(), "MEMORY_DECISION_API_KEY", "MEMORY_LLM_API_KEY"),
         "summary_settings": SummarySettings(language=_env_or("MEMORY_SUMMARY_LANGUAGE", "auto"), chunk_chars=chunk),
         "memory_settings": MemorySettings(

@@ -36,7 +36,7 @@ def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> d
 
 @dg.asset(
     **DAILY_ASSET,
-    deps=["memory_facts", "memory_chunks"],
+    deps=["memory_facts", "memory_chunks", "knowledge_entries"],
     group_name="embeddings",
     kinds={"pgvector"},
     tags={"stage": "embed"},
@@ -59,6 +59,7 @@ def memory_embeddings(
         "model": model_id,
         "facts_embedded": report.embedded["memory_facts"],
         "chunks_embedded": report.embedded["memory_chunks"],
+        "entries_embedded": report.embedded["knowledge_entries"],
         "indexes_built": report.indexes_built,
         "indexes_dropped": report.indexes_dropped,
     })

@@ -29,7 +29,8 @@ def partition_label(context: dg.AssetExecutionContext) -> str:
         "Every transcript message whose time falls in the partition, scanned by DuckDB from "
         "JSON Lines, Parquet and history.json files, validated, and archived in `messages` "
         "(unique on session_id, seq) with `sessions` kept in step. Refused records go to "
-        "`quarantine` with their reason; read = stored + duplicate + quarantined."
+        "`quarantine` with their reason; records of users forgotten on request are skipped; "
+        "read = stored + duplicate + quarantined + forgotten."
     ),
 )
 def transcripts(
@@ -46,7 +47,8 @@ def transcripts(
     with postgres.connection() as conn, conn.transaction():
         repository.lock_transcript_writes(conn)
         stored, owners = repository.stored_messages(conn, session_ids)
-        plan = plan_ingest(scan, stored, owners)
+        forgotten = repository.forgotten_for(conn, sorted({m.user_id for m in scan.messages}))
+        plan = plan_ingest(scan, stored, owners, forgotten)
         repository.insert_messages(conn, plan.new, context.run_id)
         repository.insert_quarantine(conn, plan.quarantined, label, context.run_id)
         repository.refresh_sessions(conn, sorted({m.session_id for m in plan.new}))
@@ -70,6 +72,7 @@ def transcripts(
             "stored": len(plan.new),
             "duplicate": plan.duplicates,
             "quarantined": len(plan.quarantined),
+            "forgotten": plan.forgotten,
             "quarantined_by_reason": dict(sorted(reasons.items())),
             "sessions_touched": len({m.session_id for m in plan.new}),
             "table_rows": totals,

@@ -19,8 +19,9 @@ from memory_pipelines.chunks import CONTEXT_WINDOW_MESSAGES, PACKER_VERSION, chu
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.facts import render_for_extraction, validate_items
+from memory_pipelines.knowledge import ERROR_TTL, prepare, resolved_errors
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
-from memory_pipelines.llm.prompts import EXTRACT_FACTS, JUDGE_SEGMENTS, SUMMARIZE_FACTS
+from memory_pipelines.llm.prompts import EXTRACT_FACTS, JUDGE_SEGMENTS, SUMMARIZE_FACTS, SYNTHESIZE_KNOWLEDGE
 from memory_pipelines.models import Message, TimeWindow
 from memory_pipelines.segments import cut_segments, judge_session, judgement_fingerprint
 from memory_pipelines.summaries import (
@@ -338,4 +339,89 @@ def collect_sketches(pool: ConnectionPool, partition_keys: Sequence[str], ctx: C
                 report.counts["sketch_writes"] += 1
                 report.preview.append({"session": session_id, "section": args.get("section"), "key": args["key"],
                                        "value": args.get("value"), "scope": scope})
+    return report
+
+
+@dataclass(frozen=True)
+class KnowledgeSettings:
+    sanitize_pii: bool = True
+    ttl_seconds: int | None = None
+    consent_basis: str = "not_set"
+
+
+def distill_knowledge_for_days(pool: ConnectionPool, partition_keys: Sequence[str], synthesizer: ModelBackend,
+                               ctx: CallContext, settings: KnowledgeSettings = KnowledgeSettings(),
+                               concurrency: int = 1) -> StageReport:
+    """knowledge_entries and entity_graph for each day, in the four steps: ingest (each
+    session's kept segments of the day), synthesize (one call per session-day), reconcile
+    (against existing entries: same key, newer observation → new version; archived →
+    left archived unless observed later) and forge (persist)."""
+    report = StageReport()
+    for key in partition_keys:
+        window = _day_window(key)
+        with pool.connection() as conn:
+            by_session: dict[str, list[Message]] = defaultdict(list)
+            for message in repository.messages_in_window(conn, window):
+                by_session[message.session_id].append(message)
+
+        def work(item, key=key) -> StageReport:
+            session_id, day_messages = item
+            part = StageReport()
+            with pool.connection() as conn, conn.transaction():
+                repository.lock_session(conn, session_id)
+                dropped = repository.dropped_seqs(conn, session_id, key)
+                kept = [m for m in day_messages if m.seq not in dropped and m.role != "system"]
+                if not kept:
+                    return part
+                user_id = kept[0].user_id
+                summary = repository.summary_as_of(conn, session_id, key)
+                lineage = {"session_id": session_id, "partition_key": key, "run_id": ctx.run_id,
+                           "model": synthesizer.model,
+                           "prompt_version": synthesizer.prompt_version(SYNTHESIZE_KNOWLEDGE)}
+                try:
+                    raw, call = synthesizer.synthesize_knowledge(kept, render_for_extraction(kept), summary)
+                except ModelError as exc:
+                    call, raw = exc.call, None
+                    part.failures.append(f"{session_id} {key}: knowledge synthesis failed: {exc}")
+                repository.insert_llm_calls(conn, [call], run_id=ctx.run_id, asset=ctx.asset, partition_key=key,
+                                            session_id=session_id)
+                part.calls.append(call)
+                if raw is None:
+                    return part
+                entries, relations, problems = prepare(
+                    raw, kept, session_id, user_id, sanitize_pii=settings.sanitize_pii,
+                    ttl_seconds=settings.ttl_seconds, consent_basis=settings.consent_basis)
+                written = repository.forge_knowledge(conn, entries, lineage)
+                repository.forge_relations(conn, user_id, relations, lineage)
+            part.counts["entries_written"] += written
+            part.counts["entries_seen"] += len(entries)
+            part.counts["entries_dropped"] += len(problems)
+            part.counts["relations"] += len(relations)
+            part.counts["entries_with_pii"] += sum(e.has_pii for e in entries)
+            part.users.add(user_id)
+            part.preview.extend({"session": session_id, "kind": e.kind, "title": e.title, "scope": e.scope,
+                                 "importance": e.importance, "pii": ",".join(e.pii_kinds)} for e in entries)
+            return part
+
+        report.merge(_parallel(sorted(by_session.items()), work, concurrency))
+    return report
+
+
+def collect_error_memory(pool: ConnectionPool, partition_keys: Sequence[str], ctx: CallContext) -> StageReport:
+    """error_memory for each day: resolved tool errors of the sessions that failed a tool
+    call that day (a fix found later in the session counts when that day is run)."""
+    report = StageReport()
+    for key in partition_keys:
+        window = _day_window(key)
+        with pool.connection() as conn, conn.transaction():
+            for (session_id,) in conn.execute(query("window_tool_sessions"),
+                                              {"start": window.start, "end": window.end}).fetchall():
+                messages = repository.session_messages_before(conn, session_id, window.end)
+                for fix in resolved_errors(messages):
+                    conn.execute(query("upsert_error_memory"), {
+                        **asdict(fix), "user_id": messages[0].user_id, "session_id": session_id,
+                        "expires_at": fix.observed_at + ERROR_TTL, "partition_key": key, "run_id": ctx.run_id})
+                    report.counts["resolved_errors"] += 1
+                    report.preview.append({"session": session_id, "tool": fix.tool, "error": fix.error,
+                                           "fix": fix.fix})
     return report

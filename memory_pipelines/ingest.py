@@ -19,6 +19,7 @@ def plan_ingest(
     scan: TranscriptScan,
     stored: Mapping[tuple[str, int], StoredMessage],
     owners: Mapping[str, str],
+    forgotten: frozenset[tuple[str, str]] = frozenset(),
 ) -> IngestPlan:
     """Split a scan into new messages, re-sent duplicates and refused records.
 
@@ -30,8 +31,11 @@ def plan_ingest(
     session_owner: dict[str, str] = dict(owners)
     new: list[Message] = []
     refused: list[QuarantinedRecord] = list(scan.quarantined)
-    duplicates = 0
+    duplicates = skipped = 0
     for message in scan.messages:
+        if (message.user_id, "") in forgotten or (message.user_id, message.session_id) in forgotten:
+            skipped += 1
+            continue
         key = (message.session_id, message.seq)
         previous = known.get(key)
         if previous is not None:
@@ -52,4 +56,5 @@ def plan_ingest(
             continue
         known[key] = StoredMessage(message.content_hash, message.user_id)
         new.append(message)
-    return IngestPlan(new=tuple(new), duplicates=duplicates, quarantined=tuple(refused), read=scan.read)
+    return IngestPlan(new=tuple(new), duplicates=duplicates, quarantined=tuple(refused), read=scan.read,
+                      forgotten=skipped)

@@ -99,9 +99,10 @@ class IngestPlan:
     duplicates: int
     quarantined: tuple[QuarantinedRecord, ...]
     read: int
+    forgotten: int = 0  # records of users or sessions forgotten on request: not ingested again
 
     def __post_init__(self) -> None:
-        if self.read != len(self.new) + self.duplicates + len(self.quarantined):
+        if self.read != len(self.new) + self.duplicates + len(self.quarantined) + self.forgotten:
             raise AssertionError("ingest counts do not add up")
 
 

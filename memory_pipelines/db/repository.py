@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 
 from memory_pipelines.db.queries import query
 from memory_pipelines.facts import FactCandidate, Rejection
+from memory_pipelines.knowledge import FUNCTIONAL_RELATIONS, EntryCandidate, RelationCandidate
 from memory_pipelines.llm.backends import ModelCall
 from memory_pipelines.models import Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow
 from memory_pipelines.segments import SessionJudgement
@@ -372,3 +373,36 @@ def chunk_check_frame(conn: psycopg.Connection, session_ids: Sequence[str], max_
     with conn.cursor(row_factory=dict_row) as cur:
         return pd.DataFrame(cur.execute(query("chunk_check_rows"), {
             "session_ids": list(session_ids), "max_chars": max_chars, "max_single": max_single}).fetchall())
+
+
+# --- knowledge ---------------------------------------------------------------------------
+
+def summary_as_of(conn: psycopg.Connection, session_id: str, partition_key: str) -> Summary | None:
+    row = conn.execute(query("summary_as_of"), {"session_id": session_id, "partition_key": partition_key}).fetchone()
+    return Summary.from_json(row[0]) if row else None
+
+
+def forge_knowledge(conn: psycopg.Connection, entries: Sequence[EntryCandidate], lineage: dict) -> int:
+    """Persist entries: a version row per distinct content, the entry updated in place.
+    Returns the entries inserted or changed."""
+    written = 0
+    for e in entries:
+        if conn.execute(query("archived_key_newer"), {"entry_key": e.key, "observed_at": e.observed_at}).fetchone()[0]:
+            continue
+        row = {**asdict(e), "entry_key": e.key, "content_hash": e.content_hash, "tags": list(e.tags),
+               "pii_kinds": list(e.pii_kinds), **lineage}
+        conn.execute(query("upsert_knowledge_version"), row)
+        written += conn.execute(query("upsert_knowledge_entry"), row).rowcount
+    return written
+
+
+def forge_relations(conn: psycopg.Connection, user_id: str, relations: Sequence[RelationCandidate],
+                    lineage: dict) -> None:
+    for r in relations:
+        conn.execute(query("insert_relation"), {**asdict(r), "user_id": user_id, **lineage})
+    for subject, relation in sorted({(r.subject, r.relation) for r in relations if r.relation in FUNCTIONAL_RELATIONS}):
+        conn.execute(query("close_contradicted"), {"user_id": user_id, "subject": subject, "relation": relation})
+
+
+def forgotten_for(conn: psycopg.Connection, user_ids: Sequence[str]) -> frozenset[tuple[str, str]]:
+    return frozenset(tuple(r) for r in conn.execute(query("forgotten_for"), {"user_ids": list(user_ids)}))

@@ -15,10 +15,12 @@ import httpx
 from memory_pipelines.llm.config import ModelConfig
 from memory_pipelines.llm.http import HttpCallError, post_json
 from memory_pipelines.llm.prompts import (
-    EXTRACT_FACTS, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS, Prompt,
+    EXTRACT_FACTS, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS,
+    SYNTHESIZE_KNOWLEDGE, Prompt,
 )
 from memory_pipelines.models import Message, NoiseVerdict, Segment, Summary, SummaryFormatError
 from memory_pipelines.rules import facts as rules_facts
+from memory_pipelines.rules import knowledge as rules_knowledge
 from memory_pipelines.rules import noise as rules_noise
 from memory_pipelines.rules import summary as rules_summary
 
@@ -129,6 +131,11 @@ class ModelBackend(ABC):
     def summarize_facts(self, facts: Sequence[tuple[str, str, str]]) -> tuple[str, ModelCall]:
         """A per-user narrative from (category, key, value) facts."""
 
+    @abstractmethod
+    def synthesize_knowledge(self, messages: Sequence[Message], transcript: str,
+                             summary: Summary | None) -> tuple[Any, ModelCall]:
+        """Raw {"entries": [...], "relations": [...]} (validated by the caller)."""
+
     def close(self) -> None:
         """Release connections (HTTP back ends)."""
 
@@ -170,6 +177,9 @@ class RulesBackend(ModelBackend):
 
     def summarize_facts(self, facts):
         return self._run(SUMMARIZE_FACTS, json.dumps(facts), lambda: rules_facts.summarize_facts(facts))
+
+    def synthesize_knowledge(self, messages, transcript, summary):
+        return self._run(SYNTHESIZE_KNOWLEDGE, transcript, lambda: rules_knowledge.synthesize(messages, summary))
 
 
 class PromptedBackend(ModelBackend):
@@ -284,6 +294,17 @@ class PromptedBackend(ModelBackend):
             return data["summary"].strip()
 
         return self._ask(SUMMARIZE_FACTS, SUMMARIZE_FACTS.system, listing, parse)
+
+
+    def synthesize_knowledge(self, messages, transcript, summary):
+        def parse(data):
+            if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
+                raise SummaryFormatError('expected {"entries": [...], "relations": [...]}')
+            return data
+
+        context = json.dumps(summary.to_json(), ensure_ascii=False) if summary else "{}"
+        return self._ask(SYNTHESIZE_KNOWLEDGE, SYNTHESIZE_KNOWLEDGE.system,
+                         f"Summary: {context}\n\nConversation:\n{transcript}", parse)
 
 
 class OllamaBackend(PromptedBackend):

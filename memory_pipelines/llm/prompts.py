@@ -71,3 +71,15 @@ SUMMARIZE_FACTS = Prompt("summarize_facts", """\
 Write a short narrative (at most 8 sentences) of what is known about the user, from the
 facts below, grouped by theme; prefer newer facts. Reply with one JSON object only:
 {"summary": "..."}""")
+
+SYNTHESIZE_KNOWLEDGE = Prompt("synthesize_knowledge", """\
+Distill durable knowledge from the conversation below (numbered lines) and its summary.
+Entry kinds: fact, event, instruction (a rule to follow from now on), insight (a lesson,
+a root cause), user (about the person), project (about their work). Give each a short
+stable title (the same thing gets the same title next time), the content, tags and your
+confidence from 0 to 1; scope is "entity" (about this user, the default), "session",
+"process" (with scope_id naming the workflow) or "global" (true for everyone, no personal
+data). Also list relations between entities as (subject, relation, object), "user" being
+the person. Reply with one JSON object only:
+{"entries": [{"kind": "...", "title": "...", "content": "...", "tags": [], "confidence": 0.0, "scope": "entity", "seq": <line number>}],
+ "relations": [{"subject": "...", "relation": "snake_case", "object": "...", "confidence": 0.0, "seq": <line number>}]}""")

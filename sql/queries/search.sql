@@ -10,6 +10,12 @@ FROM memory_chunks
 WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
 ORDER BY id LIMIT %(limit)s;
 
+-- name: entries_needing_embedding
+SELECT id, '[' || kind || '] ' || title || E'\n' || content || E'\n' || array_to_string(tags, ', ')
+FROM knowledge_entries
+WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
+ORDER BY id LIMIT %(limit)s;
+
 -- name: create_embedding_load
 CREATE TEMP TABLE IF NOT EXISTS embedding_load (id bigint PRIMARY KEY, embedding vector) ON COMMIT DROP;
 

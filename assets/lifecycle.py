@@ -1,0 +1,120 @@
+"""Assets `knowledge_entries` + `entity_graph`, `error_memory` and `memory_decay`."""
+
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+
+import dagster as dg
+
+from assets.distillation import call_metadata
+from assets.partitions import DAILY_ASSET, daily_partitions
+from assets.resources import LifecycleSettings, ModelResource, PostgresResource
+from assets.transcripts import partition_label
+from memory_pipelines.db.connection import get_pool
+from memory_pipelines.distill import CallContext, KnowledgeSettings, collect_error_memory, distill_knowledge_for_days
+from memory_pipelines.lifecycle import decay
+from memory_pipelines.reporting import markdown_table
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec("knowledge_entries", deps=["conversation_segments", "session_summaries"], group_name="knowledge",
+                     kinds={"postgres"}, owners=DAILY_ASSET["owners"], tags={"stage": "knowledge"},
+                     description=(
+                         "Typed entries (fact, event, instruction, insight, user, project) distilled from each "
+                         "day's kept segments and the session summary: ingest, synthesize, reconcile, forge. "
+                         "Content-addressed (sha256 of kind, title and scope); the same key again updates the "
+                         "entry and its version, earlier versions stay in knowledge_entry_versions. Importance "
+                         "by kind times confidence; scope entity, process, session or global; valid_until; "
+                         "PII sanitized and flagged; consent basis.")),
+        dg.AssetSpec("entity_graph", deps=["conversation_segments", "session_summaries"], group_name="knowledge",
+                     kinds={"postgres"}, owners=DAILY_ASSET["owners"], tags={"stage": "knowledge"},
+                     description=(
+                         "(entity, relation, entity) triples with confidence and validity, extracted with the "
+                         "entries and carrying the same lineage; a newer contradicting triple closes the "
+                         "validity of the older one instead of deleting it.")),
+    ],
+    partitions_def=daily_partitions,
+    backfill_policy=DAILY_ASSET["backfill_policy"],
+)
+def knowledge_entries(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource, lifecycle: LifecycleSettings,
+) -> Iterator[dg.MaterializeResult]:
+    settings = KnowledgeSettings(lifecycle.sanitize_pii, lifecycle.entry_ttl_seconds, lifecycle.consent_basis)
+    with llm.backend_for_run() as synthesizer:
+        report = distill_knowledge_for_days(get_pool(postgres.url()), context.partition_keys, synthesizer,
+                                            CallContext(context.run_id, "knowledge_entries"), settings,
+                                            llm.concurrency)
+    for failure in report.failures:
+        context.log.warning(failure)
+    counts = report.counts
+    context.log.info("%s: %d entries seen, %d written, %d relations", partition_label(context),
+                     counts["entries_seen"], counts["entries_written"], counts["relations"])
+    yield dg.MaterializeResult(asset_key="knowledge_entries", metadata={
+        "partitions": partition_label(context),
+        "entries_seen": counts["entries_seen"],
+        "entries_written": counts["entries_written"],
+        "entries_dropped": counts["entries_dropped"],
+        "entries_with_pii": counts["entries_with_pii"],
+        **call_metadata(report),
+        "preview": dg.MetadataValue.md(markdown_table(report.preview, ["session", "kind", "title", "scope",
+                                                                       "importance", "pii"])),
+    })
+    yield dg.MaterializeResult(asset_key="entity_graph", metadata={
+        "partitions": partition_label(context), "relations": counts["relations"]})
+
+
+@dg.asset(
+    **DAILY_ASSET,
+    deps=["transcripts"],
+    group_name="knowledge",
+    kinds={"postgres"},
+    tags={"stage": "errors"},
+    description=(
+        "Resolved tool errors: a failed tool result followed later in the session by a successful call of the "
+        "same tool gives (tool, error, fix). 90-day TTL from when it was seen, renewed whenever a search hits it."
+    ),
+)
+def error_memory(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
+    report = collect_error_memory(get_pool(postgres.url()), context.partition_keys,
+                                  CallContext(context.run_id, "error_memory"))
+    context.log.info("%s: %d resolved errors", partition_label(context), report.counts["resolved_errors"])
+    return dg.MaterializeResult(metadata={
+        "partitions": partition_label(context), "resolved_errors": report.counts["resolved_errors"],
+        "preview": dg.MetadataValue.md(markdown_table(report.preview, ["session", "tool", "error", "fix"])),
+    })
+
+
+@dg.asset(
+    **DAILY_ASSET,
+    deps=["knowledge_entries", "memory_facts", "error_memory", "memory_embeddings"],
+    group_name="knowledge",
+    kinds={"postgres"},
+    tags={"stage": "decay"},
+    description=(
+        "Decay archival as of the partition's end: score = importance · e^(−rate·age_hours) + boost, rate = "
+        "base_rate / (1 + importance), the boost growing with accesses, capped at 0.3. Entries and facts below the "
+        "threshold (0.5), expired ones, error memories past their TTL and PII past its retention move to "
+        "memory_archive: kept for audit, out of every search, restorable."
+    ),
+)
+def memory_decay(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, lifecycle: LifecycleSettings,
+) -> dg.MaterializeResult:
+    reports = []
+    with get_pool(postgres.url()).connection() as conn:
+        for key in context.partition_keys:  # each day as of its own end, in order
+            as_of = daily_partitions.time_window_for_partition_key(key).end
+            with conn.transaction():
+                reports.append(decay(conn, as_of, key, context.run_id, base_rate=lifecycle.decay_base_rate,
+                                     threshold=lifecycle.decay_threshold,
+                                     pii_retention=timedelta(days=lifecycle.pii_retention_days)))
+    archived = sum((r.archived for r in reports), start=Counter())
+    last = reports[-1]
+    context.log.info("%s: archived %s", partition_label(context), dict(archived))
+    return dg.MaterializeResult(metadata={
+        "partitions": partition_label(context),
+        "archived_by_reason": {k: v for k, v in sorted(archived.items()) if v},
+        "archived": sum(archived.values()),
+        "score_distribution": last.distribution(),
+    })

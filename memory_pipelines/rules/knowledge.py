@@ -1,0 +1,86 @@
+"""Deterministic knowledge synthesis (the `rules` back end): typed entries and entity
+relations from explicit statements.
+
+- instruction: the session summary's key_decisions (Do:/Don't:), confidence 0.9;
+- user / project / fact: the explicit-statement facts (identity, preferences, work →
+  user; decisions → project; tools, environment → fact), titled by what they are about, so
+  a changed value is a new version of the same entry;
+- event: incidents, outages and pages reported by the user, confidence 0.8;
+- insight: an assistant's root-cause or "the fix was" explanation, confidence 0.7.
+Relations: works_at, reports_to, uses, depends_on, listens_on, deployed_on, uses_database.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from memory_pipelines.models import Message, Summary
+from memory_pipelines.rules.facts import extract_facts
+from memory_pipelines.rules.text import clip, sentences
+
+KIND_BY_CATEGORY = {"identity": "user", "preferences": "user", "work": "user", "decisions": "project",
+                    "tools": "fact", "environment": "fact"}
+_EVENT = re.compile(r"^\s*(?:incident|outage|postmortem)\b|went down|\bpaged\b|\boutage\b|\bDiskPressure\b",
+                    re.IGNORECASE)
+_INSIGHT = re.compile(r"\b(root cause|the (?:problem|issue|fix) (?:was|is)|this happened because|caused by)\b",
+                      re.IGNORECASE)
+_USES = re.compile(r"\b(?:project )?([A-Z][\w-]+) uses ([A-Z][\w.+-]*(?:\s*(?:,|and)\s*[A-Z][\w.+-]*)*)")
+_DEPENDS = re.compile(r"\b([a-z][\w-]+) depends on (?:the )?([a-z][\w-]+)", re.IGNORECASE)
+_ONLY_WORDS = re.compile(r"[^\w\s-]")
+
+
+def _title(text: str) -> str:
+    return clip(" ".join(_ONLY_WORDS.sub(" ", text).split()), 80)
+
+
+def synthesize(messages: Sequence[Message], summary: Summary | None) -> dict:
+    entries: list[dict] = []
+    relations: list[dict] = []
+    by_seq = {m.seq: m for m in messages}
+    for decision in (summary.key_decisions if summary else ()):
+        entries.append({"kind": "instruction", "title": _title(decision), "content": decision,
+                        "tags": ["decision"], "confidence": 0.9, "seq": None})
+    for item in extract_facts(messages):
+        kind = KIND_BY_CATEGORY.get(item["category"], "fact")
+        subject = item["key"].replace("_", " ")
+        entries.append({"kind": kind, "title": _title(subject), "content": f"{subject}: {item['value']}",
+                        "tags": [item["category"]], "confidence": 0.9 if item["source"] == "user_explicit" else 0.8,
+                        "seq": item["seq"]})
+        relation = _relation(item)
+        if relation:
+            relations.append({**relation, "confidence": 0.9, "seq": item["seq"]})
+    for m in messages:
+        if m.role == "user" and _EVENT.search(m.content):
+            first = sentences(m.content)[0] if sentences(m.content) else m.content
+            entries.append({"kind": "event", "title": _title(first), "content": clip(m.content, 600),
+                            "tags": ["incident"], "confidence": 0.8, "seq": m.seq})
+        if m.role == "assistant":
+            for sentence in sentences(m.content):
+                if _INSIGHT.search(sentence) and 20 <= len(sentence) <= 400:
+                    entries.append({"kind": "insight", "title": _title(sentence), "content": sentence,
+                                    "tags": ["lesson"], "confidence": 0.7, "seq": m.seq})
+        if m.role == "user":
+            for subject, objects in _USES.findall(m.content):
+                for obj in (o.strip(".,;:") for o in re.split(r"\s*(?:,|and)\s*", objects)):
+                    if obj:
+                        relations.append({"subject": subject, "relation": "uses", "object": obj,
+                                          "confidence": 0.8, "seq": m.seq})
+            for subject, obj in _DEPENDS.findall(m.content):
+                relations.append({"subject": subject, "relation": "depends_on", "object": obj,
+                                  "confidence": 0.8, "seq": m.seq})
+    return {"entries": [e for e in entries if e["seq"] is None or e["seq"] in by_seq], "relations": relations}
+
+
+def _relation(item: dict) -> dict | None:
+    if item["category"] not in ("decisions", "work"):
+        return None
+    key, value, user = item["key"], item["value"], "user"
+    if key == "employer":
+        return {"subject": user, "relation": "works_at", "object": value}
+    if key == "manager":
+        return {"subject": user, "relation": "reports_to", "object": value}
+    for suffix, relation in (("_port", "listens_on"), ("_deploy_target", "deployed_on"), ("_database", "uses_database")):
+        if key.endswith(suffix) and key != suffix.lstrip("_"):
+            return {"subject": key[: -len(suffix)], "relation": relation, "object": value}
+    return None

@@ -1,0 +1,89 @@
+-- name: archived_key_newer
+-- An entry decay archived stays archived unless it is observed again later.
+SELECT EXISTS (SELECT 1 FROM memory_archive WHERE source_table = 'knowledge_entries'
+               AND source_key = %(entry_key)s AND (row_data ->> 'updated_at')::timestamptz >= %(observed_at)s);
+
+-- name: upsert_knowledge_version
+INSERT INTO knowledge_entry_versions AS v (entry_key, content_hash, user_id, title, content, tags, confidence,
+    observed_at, session_id, seq_start, seq_end, partition_key, run_id)
+VALUES (%(entry_key)s, %(content_hash)s, %(user_id)s, %(title)s, %(content)s, %(tags)s, %(confidence)s,
+        %(observed_at)s, %(session_id)s, %(seq_start)s, %(seq_end)s, %(partition_key)s, %(run_id)s)
+ON CONFLICT (entry_key, content_hash) DO UPDATE
+SET observed_at = EXCLUDED.observed_at, session_id = EXCLUDED.session_id, seq_start = EXCLUDED.seq_start,
+    seq_end = EXCLUDED.seq_end, partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id
+WHERE EXCLUDED.observed_at < v.observed_at;  -- a version dates from its first observation
+
+-- name: upsert_knowledge_entry
+-- The same key again updates the entry in place when the observation is newer (event
+-- time wins); its version is the number of distinct contents it has had.
+INSERT INTO knowledge_entries AS e (entry_key, user_id, kind, title, content, tags, confidence, importance, scope,
+    scope_id, consent_basis, has_pii, pii_kinds, valid_from, valid_until, version, created_at, updated_at,
+    session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version)
+VALUES (%(entry_key)s, %(user_id)s, %(kind)s, %(title)s, %(content)s, %(tags)s, %(confidence)s, %(importance)s,
+        %(scope)s, %(scope_id)s, %(consent_basis)s, %(has_pii)s, %(pii_kinds)s, %(observed_at)s, %(valid_until)s,
+        (SELECT count(*) FROM knowledge_entry_versions WHERE entry_key = %(entry_key)s), %(observed_at)s,
+        %(observed_at)s, %(session_id)s, %(seq_start)s, %(seq_end)s, %(partition_key)s, %(run_id)s, %(model)s,
+        %(prompt_version)s)
+ON CONFLICT (entry_key) DO UPDATE
+SET title = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.title ELSE e.title END,
+    content = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.content ELSE e.content END,
+    tags = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.tags ELSE e.tags END,
+    confidence = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.confidence ELSE e.confidence END,
+    importance = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.importance ELSE e.importance END,
+    has_pii = e.has_pii OR EXCLUDED.has_pii,
+    pii_kinds = ARRAY(SELECT DISTINCT unnest(e.pii_kinds || EXCLUDED.pii_kinds) ORDER BY 1),
+    valid_until = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.valid_until ELSE e.valid_until END,
+    version = EXCLUDED.version,
+    created_at = least(e.created_at, EXCLUDED.created_at),
+    valid_from = least(e.valid_from, EXCLUDED.valid_from),
+    updated_at = greatest(e.updated_at, EXCLUDED.updated_at),
+    session_id = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.session_id ELSE e.session_id END,
+    seq_start = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.seq_start ELSE e.seq_start END,
+    seq_end = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.seq_end ELSE e.seq_end END,
+    partition_key = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.partition_key ELSE e.partition_key END,
+    run_id = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.run_id ELSE e.run_id END
+WHERE EXCLUDED.updated_at > e.updated_at OR EXCLUDED.created_at < e.created_at OR EXCLUDED.version <> e.version
+   OR (EXCLUDED.has_pii AND NOT e.has_pii);
+
+-- name: insert_relation
+INSERT INTO entity_graph (user_id, subject, relation, object, confidence, valid_from, session_id, seq_start,
+    seq_end, partition_key, run_id, model, prompt_version)
+VALUES (%(user_id)s, %(subject)s, %(relation)s, %(object)s, %(confidence)s, %(valid_from)s, %(session_id)s,
+        %(seq_start)s, %(seq_end)s, %(partition_key)s, %(run_id)s, %(model)s, %(prompt_version)s)
+ON CONFLICT (user_id, subject, relation, object, valid_from) DO NOTHING;
+
+-- name: close_contradicted
+-- For a one-value relation, the first later triple with another object closes a triple's
+-- validity; the order in which triples arrived does not matter.
+UPDATE entity_graph g
+SET valid_until = n.valid_from, closed_by = n.id
+FROM entity_graph g0
+LEFT JOIN LATERAL (
+    SELECT id, valid_from FROM entity_graph x
+    WHERE x.user_id = g0.user_id AND lower(x.subject) = lower(g0.subject) AND x.relation = g0.relation
+      AND x.valid_from > g0.valid_from AND x.object <> g0.object
+    ORDER BY x.valid_from, x.id LIMIT 1
+) n ON true
+WHERE g.id = g0.id AND g0.user_id = %(user_id)s AND lower(g0.subject) = lower(%(subject)s)
+  AND g0.relation = %(relation)s
+  AND (g.valid_until IS DISTINCT FROM n.valid_from OR g.closed_by IS DISTINCT FROM n.id);
+
+-- name: upsert_error_memory
+INSERT INTO error_memory AS e (user_id, tool, error, fix, error_hash, session_id, error_seq, fix_seq, observed_at,
+    expires_at, partition_key, run_id)
+VALUES (%(user_id)s, %(tool)s, %(error)s, %(fix)s, %(error_hash)s, %(session_id)s, %(error_seq)s, %(fix_seq)s,
+        %(observed_at)s, %(expires_at)s, %(partition_key)s, %(run_id)s)
+ON CONFLICT (user_id, tool, error_hash) DO UPDATE
+SET fix = EXCLUDED.fix, session_id = EXCLUDED.session_id, error_seq = EXCLUDED.error_seq, fix_seq = EXCLUDED.fix_seq,
+    observed_at = EXCLUDED.observed_at, expires_at = greatest(e.expires_at, EXCLUDED.expires_at),
+    partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id
+WHERE EXCLUDED.observed_at > e.observed_at;
+
+-- name: window_tool_sessions
+SELECT DISTINCT session_id FROM messages
+WHERE ts >= %(start)s AND ts < %(end)s AND role = 'tool' AND (metadata ->> 'is_error')::boolean;
+
+-- name: summary_as_of
+SELECT summary FROM session_summary_versions
+WHERE session_id = %(session_id)s AND partition_key <= %(partition_key)s
+ORDER BY version DESC LIMIT 1;

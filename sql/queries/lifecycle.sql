@@ -1,0 +1,124 @@
+-- name: decay_knowledge_candidates
+SELECT id, entry_key AS key, user_id, session_id, importance, updated_at AS seen_at, access_count, valid_until,
+       has_pii
+FROM knowledge_entries WHERE updated_at <= %(as_of)s;
+
+-- name: decay_fact_candidates
+-- Visible facts only: hidden rows go with their survivor.
+SELECT id, key, user_id, session_id, confidence / 100.0 AS importance, last_verified_at AS seen_at, access_count,
+       expires_at AS valid_until, false AS has_pii
+FROM memory_facts WHERE merged_into IS NULL AND last_verified_at <= %(as_of)s;
+
+-- name: expired_errors
+SELECT id, tool AS key, user_id, session_id FROM error_memory
+WHERE observed_at <= %(as_of)s AND expires_at <= %(as_of)s;
+
+-- name: archive_rows
+INSERT INTO memory_archive (source_table, source_id, source_key, user_id, session_id, reason, score, as_of,
+                            row_data, partition_key, run_id)
+SELECT %(table)s, t.id, r.key, t.user_id, t.session_id, r.reason, r.score, %(as_of)s, to_jsonb(t),
+       %(partition_key)s, %(run_id)s
+FROM {table} AS t
+JOIN jsonb_to_recordset(%(rows)s) AS r(id bigint, key text, reason text, score real) ON r.id = t.id
+ON CONFLICT (source_table, source_id) DO NOTHING;
+
+-- name: archive_hidden_facts
+INSERT INTO memory_archive (source_table, source_id, source_key, user_id, session_id, reason, score, as_of,
+                            row_data, partition_key, run_id)
+SELECT 'memory_facts', t.id, t.key, t.user_id, t.session_id, 'merged_with', NULL, %(as_of)s, to_jsonb(t),
+       %(partition_key)s, %(run_id)s
+FROM memory_facts t WHERE t.merged_into = ANY(%(ids)s)
+ON CONFLICT (source_table, source_id) DO NOTHING;
+
+-- name: delete_hidden_facts_of
+DELETE FROM memory_facts WHERE merged_into = ANY(%(ids)s);
+
+-- name: delete_rows
+DELETE FROM {table} WHERE id = ANY(%(ids)s);
+
+-- name: archive_entry
+SELECT id, source_table, source_id, row_data FROM memory_archive WHERE id = %(id)s;
+
+-- name: archive_followers
+SELECT id, source_table, source_id, row_data FROM memory_archive
+WHERE source_table = 'memory_facts' AND reason = 'merged_with' AND (row_data ->> 'merged_into')::bigint = %(source_id)s;
+
+-- name: restore_row
+INSERT INTO {table} SELECT * FROM jsonb_populate_record(NULL::{table}, %(row)s);
+
+-- name: delete_archive_row
+DELETE FROM memory_archive WHERE id = %(id)s;
+
+-- name: forget_session_ids
+SELECT session_id FROM sessions WHERE user_id = %(user_id)s AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+UNION
+SELECT DISTINCT session_id FROM messages WHERE user_id = %(user_id)s
+  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s);
+
+-- name: forget_unhide_facts
+-- Rows of other sessions hidden behind a forgotten fact stand again.
+UPDATE memory_facts SET merged_into = NULL
+WHERE merged_into IN (SELECT id FROM memory_facts WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s))
+  AND NOT session_id = ANY(%(session_ids)s);
+
+-- name: record_forgotten
+INSERT INTO forgotten (user_id, session_id) VALUES (%(user_id)s, %(session_key)s)
+ON CONFLICT (user_id, session_id) DO UPDATE SET forgotten_at = now();
+
+-- name: unforget
+DELETE FROM forgotten WHERE user_id = %(user_id)s AND session_id = %(session_key)s;
+
+-- name: forgotten_for
+SELECT user_id, session_id FROM forgotten WHERE user_id = ANY(%(user_ids)s);
+
+-- name: export_entries
+SELECT id, entry_key, user_id, kind, title, content, tags, confidence, importance, scope, scope_id, consent_basis,
+       has_pii, valid_from, valid_until, version, created_at, updated_at, session_id, seq_start, seq_end,
+       partition_key, run_id, model, prompt_version
+FROM knowledge_entries
+WHERE %(user_id)s::text IS NULL OR user_id = %(user_id)s OR scope = 'global'
+ORDER BY kind, title, id;
+
+-- Forgetting: one DELETE per table, through the lineage columns. %(whole_user)s is true for
+-- `forget --user`, false for `forget --session` (then only rows of those sessions go).
+
+-- name: forget_memory_facts_hidden
+DELETE FROM memory_facts WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s) AND merged_into IS NOT NULL;
+-- name: forget_memory_facts
+DELETE FROM memory_facts WHERE user_id = %(user_id)s AND (%(whole_user)s OR session_id = ANY(%(session_ids)s));
+-- name: forget_memory_fact_rejections
+DELETE FROM memory_fact_rejections WHERE user_id = %(user_id)s AND (%(whole_user)s OR session_id = ANY(%(session_ids)s));
+-- name: forget_memory_summary
+DELETE FROM memory_summary WHERE user_id = %(user_id)s;
+-- name: forget_session_memory_state
+DELETE FROM session_memory_state WHERE session_id = ANY(%(session_ids)s);
+-- name: forget_memory_chunks
+DELETE FROM memory_chunks WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
+-- name: forget_sketches
+DELETE FROM sketches WHERE user_id = %(user_id)s AND (%(whole_user)s OR session_id = ANY(%(session_ids)s));
+-- name: forget_recall_ledger
+DELETE FROM recall_ledger WHERE session_id = ANY(%(session_ids)s);
+-- name: forget_knowledge_entry_versions
+DELETE FROM knowledge_entry_versions WHERE (user_id = %(user_id)s AND %(whole_user)s) OR session_id = ANY(%(session_ids)s);
+-- name: forget_knowledge_entries
+DELETE FROM knowledge_entries WHERE (user_id = %(user_id)s AND %(whole_user)s) OR session_id = ANY(%(session_ids)s);
+-- name: forget_entity_graph
+DELETE FROM entity_graph WHERE user_id = %(user_id)s AND (%(whole_user)s OR session_id = ANY(%(session_ids)s));
+-- name: forget_error_memory
+DELETE FROM error_memory WHERE user_id = %(user_id)s AND (%(whole_user)s OR session_id = ANY(%(session_ids)s));
+-- name: forget_memory_archive
+DELETE FROM memory_archive WHERE (user_id = %(user_id)s AND %(whole_user)s) OR session_id = ANY(%(session_ids)s);
+-- name: forget_session_summary_versions
+DELETE FROM session_summary_versions WHERE session_id = ANY(%(session_ids)s);
+-- name: forget_session_summaries
+DELETE FROM session_summaries WHERE session_id = ANY(%(session_ids)s);
+-- name: forget_conversation_segments
+DELETE FROM conversation_segments WHERE session_id = ANY(%(session_ids)s);
+-- name: forget_llm_calls
+DELETE FROM llm_calls WHERE session_id = ANY(%(session_ids)s);
+-- name: forget_quarantine
+DELETE FROM quarantine WHERE session_id = ANY(%(session_ids)s);
+-- name: forget_messages
+DELETE FROM messages WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
+-- name: forget_sessions
+DELETE FROM sessions WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
