@@ -18,7 +18,7 @@ from memory_pipelines.reporting import markdown_table
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec("knowledge_entries", deps=["conversation_segments", "session_summaries"], group_name="knowledge",
+        dg.AssetSpec("knowledge_entries", deps=["transcripts", "conversation_segments", "session_summaries"], group_name="knowledge",
                      kinds={"postgres"}, owners=DAILY_ASSET["owners"], tags={"stage": "knowledge"},
                      description=(
                          "Typed entries (fact, event, instruction, insight, user, project) distilled from each "
@@ -27,7 +27,7 @@ from memory_pipelines.reporting import markdown_table
                          "entry and its version, earlier versions stay in knowledge_entry_versions. Importance "
                          "by kind times confidence; scope entity, process, session or global; valid_until; "
                          "PII sanitized and flagged; consent basis.")),
-        dg.AssetSpec("entity_graph", deps=["conversation_segments", "session_summaries"], group_name="knowledge",
+        dg.AssetSpec("entity_graph", deps=["transcripts", "conversation_segments", "session_summaries"], group_name="knowledge",
                      kinds={"postgres"}, owners=DAILY_ASSET["owners"], tags={"stage": "knowledge"},
                      description=(
                          "(entity, relation, entity) triples with confidence and validity, extracted with the "
@@ -56,6 +56,7 @@ def knowledge_entries(
         "entries_written": counts["entries_written"],
         "entries_dropped": counts["entries_dropped"],
         "entries_with_pii": counts["entries_with_pii"],
+        "session_days_unchanged": counts["session_days_unchanged"],
         **call_metadata(report),
         "preview": dg.MetadataValue.md(markdown_table(report.preview, ["session", "kind", "title", "scope",
                                                                        "importance", "pii"])),

@@ -236,6 +236,51 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_forget(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.lifecycle import forget, unforget
+
+    pool = get_pool(_connect_url(_settings()))
+    with pool.connection() as conn, conn.transaction():
+        if args.undo:
+            lifted = unforget(conn, args.user, args.session)
+            print("tombstone lifted: the transcripts can be ingested again" if lifted else "nothing was forgotten")
+            return 0
+        removed = forget(conn, args.user, args.session)
+    target = f"session {args.session} of user {args.user}" if args.session else f"user {args.user}"
+    print(f"forgot {target}: {sum(removed.values())} rows")
+    for table, count in removed.items():
+        if count:
+            print(f"  {table:<28} {count:>7}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.lifecycle import export_markdown
+
+    pool = get_pool(_connect_url(_settings()))
+    with pool.connection() as conn:
+        written = export_markdown(conn, Path(args.dir), args.user)
+    print(f"wrote {len(written)} file(s) to {Path(args.dir).resolve()}")
+    return 0
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.lifecycle import restore
+
+    pool = get_pool(_connect_url(_settings()))
+    with pool.connection() as conn, conn.transaction():
+        try:
+            restored = restore(conn, args.id)
+        except LookupError as exc:
+            raise CliError(str(exc)) from None
+    for table, source_id in restored:
+        print(f"restored {table} row {source_id}")
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from memory_pipelines.generator import GeneratorConfig, write_transcripts
 
@@ -292,6 +337,23 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--k", type=int, default=5)
     bench.add_argument("--json", action="store_true")
     bench.set_defaults(func=cmd_bench)
+
+    forget = sub.add_parser("forget", help="delete a user's (or session's) messages and everything derived")
+    forget.add_argument("--user", required=True)
+    forget.add_argument("--session")
+    forget.add_argument("--undo", action="store_true", help="lift the tombstone so the transcripts can be ingested again")
+    forget.set_defaults(func=cmd_forget)
+
+    export = sub.add_parser("export", help="export knowledge entries")
+    export.add_argument("format", choices=["markdown"])
+    export.add_argument("dir")
+    export.add_argument("--user", help="that user's entries and global ones (default: all)")
+    export.set_defaults(func=cmd_export)
+
+    archive = sub.add_parser("archive", help="memory_archive: restore a row")
+    archive.add_argument("action", choices=["restore"])
+    archive.add_argument("id", type=int)
+    archive.set_defaults(func=cmd_archive)
 
     gen = sub.add_parser("generate", help="write deterministic synthetic transcripts (for benchmarks)")
     gen.add_argument("out", help="output folder")

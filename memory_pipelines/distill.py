@@ -375,6 +375,14 @@ def distill_knowledge_for_days(pool: ConnectionPool, partition_keys: Sequence[st
                     return part
                 user_id = kept[0].user_id
                 summary = repository.summary_as_of(conn, session_id, key)
+                fingerprint = hashlib.sha256(json.dumps([
+                    [(m.seq, m.content_hash) for m in kept], summary.to_json() if summary else None,
+                    synthesizer.name, synthesizer.model, synthesizer.prompt_version(SYNTHESIZE_KNOWLEDGE),
+                    asdict(settings)], sort_keys=True).encode()).hexdigest()
+                if conn.execute(query("knowledge_source_fingerprint"),
+                                {"session_id": session_id, "partition_key": key}).fetchone() == (fingerprint,):
+                    part.counts["session_days_unchanged"] += 1
+                    return part  # these inputs were synthesized already: no model call
                 lineage = {"session_id": session_id, "partition_key": key, "run_id": ctx.run_id,
                            "model": synthesizer.model,
                            "prompt_version": synthesizer.prompt_version(SYNTHESIZE_KNOWLEDGE)}
@@ -393,6 +401,9 @@ def distill_knowledge_for_days(pool: ConnectionPool, partition_keys: Sequence[st
                     ttl_seconds=settings.ttl_seconds, consent_basis=settings.consent_basis)
                 written = repository.forge_knowledge(conn, entries, lineage)
                 repository.forge_relations(conn, user_id, relations, lineage)
+                conn.execute(query("record_knowledge_source"), {"session_id": session_id, "partition_key": key,
+                                                                "fingerprint": fingerprint, "entries": len(entries),
+                                                                "run_id": ctx.run_id})
             part.counts["entries_written"] += written
             part.counts["entries_seen"] += len(entries)
             part.counts["entries_dropped"] += len(problems)

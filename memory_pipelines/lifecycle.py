@@ -26,7 +26,7 @@ PII_RETENTION = timedelta(days=180)
 # forget deletes in this order: children before what they were derived from
 FORGET_TABLES = (
     "memory_facts_hidden", "memory_facts", "memory_fact_rejections", "memory_summary", "session_memory_state",
-    "memory_chunks", "sketches", "recall_ledger", "knowledge_entry_versions", "knowledge_entries", "entity_graph",
+    "memory_chunks", "sketches", "recall_ledger", "knowledge_sources", "knowledge_entry_versions", "knowledge_entries", "entity_graph",
     "error_memory", "memory_archive", "session_summary_versions", "session_summaries", "conversation_segments",
     "llm_calls", "quarantine", "messages", "sessions",
 )
@@ -164,3 +164,17 @@ def export_markdown(conn: psycopg.Connection, out_dir: Path, user_id: str | None
         path.write_text("\n".join(lines), encoding="utf-8")
         written.append(path)
     return written
+
+
+def pii_entries(conn: psycopg.Connection, user_id: str | None = None) -> list[dict]:
+    """Knowledge entries that held PII (sanitized before they were stored), to list or count."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("pii_entries"), {"user_id": user_id}).fetchall()
+
+
+def expire_pii_older_than(conn: psycopg.Connection, age: timedelta, as_of: datetime, run_id: str = "manual") -> int:
+    """Archive (reason pii_retention) entries that held PII and were last seen before `as_of - age`."""
+    old = [{"id": e["id"], "key": e["entry_key"], "reason": "pii_retention", "score": None}
+           for e in pii_entries(conn) if e["updated_at"] < as_of - age]
+    _archive(conn, "knowledge_entries", old, as_of, as_of.date().isoformat(), run_id)
+    return len(old)

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
-_CARD = re.compile(r"\b(?:\d[ -]?){12,18}\d\b")
-_PHONE = re.compile(r"(?<![\w.])\+?\d{1,3}?[ (.-]*\d{2,4}[ ).-]+\d{3,4}[ .-]+\d{3,4}\b")
+_CARD = re.compile(r"\b[2-6](?:[ -]?\d){11,18}\b")  # issuers start with 2-6
+# an international number (+CC ...), an area code in parentheses, or 3-3-4 with dashes or dots
+_PHONE = re.compile(r"(?<![\w.])(?:\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,4}[ .-]?\d{2,4}"
+                    r"|\(\d{2,4}\)\s?\d{3,4}[ .-]\d{3,4}|\d{3}[.-]\d{3}[.-]\d{4})\b")
 _IPV4 = re.compile(r"\b(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)\b")
 _IPV6 = re.compile(r"\b(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}\b")
 _TOKEN = re.compile(

@@ -13,6 +13,7 @@ from datetime import datetime
 
 import numpy as np
 import psycopg
+from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 
 from memory_pipelines.db.queries import query
@@ -26,7 +27,7 @@ RECALL_MIN_TERMS = 2
 RECALL_LEDGER_SIZE = 100
 MAX_QUERY_CHARS = 1000
 MAX_TERMS = 16
-SCOPES = ("all", "facts", "raw", "sketches")
+SCOPES = ("all", "facts", "raw", "sketches", "knowledge")
 _TERM = re.compile(r"\w+", re.UNICODE)
 
 
@@ -36,7 +37,7 @@ class AccessDenied(PermissionError):
 
 @dataclass(frozen=True)
 class MemoryHit:
-    source_type: str  # fact | raw | sketch
+    source_type: str  # fact | raw | sketch | knowledge | error
     text: str
     session_id: str | None
     timestamp: datetime | None
@@ -48,6 +49,7 @@ class MemoryHit:
     start_seq: int | None = None
     end_seq: int | None = None
     section: str | None = None
+    kind: str | None = None
     breadcrumbs: tuple[str, ...] = ()
     similarity: float | None = None
     matched_terms: int | None = None
@@ -76,8 +78,9 @@ def _patterns(terms: Sequence[str]) -> list[str]:
 
 
 def _tsquery(terms: Sequence[str]) -> str:
-    # terms are \w+ only, so the OR query cannot carry tsquery syntax
-    return " | ".join(terms) if terms else "''"
+    # terms are \w+ only, so the OR query cannot carry tsquery syntax; no terms: an empty
+    # query, which matches nothing
+    return " | ".join(terms)
 
 
 def _terms_hit(text: str, terms: Sequence[str]) -> int:
@@ -88,6 +91,8 @@ def _terms_hit(text: str, terms: Sequence[str]) -> int:
 class MemorySearch:
     def __init__(self, conn: psycopg.Connection, embedder: Embedder | None = None, *, admin: bool = False):
         self.conn, self.embedder, self.admin = conn, embedder, admin
+        if embedder is not None:
+            register_vector(conn)  # a connection from outside the pool may not know the type yet
 
     # --- scoping --------------------------------------------------------------------
 
@@ -225,6 +230,45 @@ class MemorySearch:
                           user_id=r["user_id"], key=r["key"], section=r["section"]) for r in rows]
 
 
+    # --- knowledge entries and error memory --------------------------------------------
+
+    def search_knowledge(self, text: str, user_id: str | None, session_id: str | None = None,
+                         process: str | None = None, limit: int = 5, consent: str | None = None,
+                         at: datetime | None = None) -> list[MemoryHit]:
+        """Hybrid (vector and full text fused by reciprocal rank) over the entries in scope:
+        the user's, a process's when named, and global ones; expired entries leave."""
+        scope = self._scope(user_id)
+        terms = query_terms(text)
+        vector = self._vector(text)
+        rows = self._rows("knowledge_search", {
+            **scope, "session_id": session_id, "process": process, "consent": consent,
+            "at": at or datetime.now().astimezone(), "tsquery": _tsquery(terms),
+            "model": self.embedder.model_id if vector is not None else None,
+            "vector": vector if vector is not None else np.zeros(1, dtype=np.float32)})
+        hits = {r["id"]: MemoryHit("knowledge", f"{r['title']}: {r['content']}", r["session_id"], r["updated_at"],
+                                   0.0, id=r["id"], user_id=r["user_id"], key=r["entry_key"], kind=r["kind"],
+                                   category=r["scope"], start_seq=r["seq_start"], end_seq=r["seq_end"],
+                                   similarity=1 - r["distance"] if r["distance"] is not None else None,
+                                   matched_terms=_terms_hit(f"{r['title']} {r['content']}", terms))
+                for r in rows}
+        by_vector = sorted((h for h in hits.values() if h.similarity is not None), key=lambda h: -h.similarity)
+        by_text = sorted((h for h in hits.values() if h.matched_terms), key=lambda h: (-h.matched_terms, h.id))
+        fused = fuse_rrf([by_vector[: limit * 4], by_text[: limit * 4]]) if terms else by_vector
+        return [h for h in fused if h.matched_terms or (h.similarity or 0) >= 1 - CHUNK_MAX_DISTANCE][:limit]
+
+    def search_errors(self, text: str, user_id: str, limit: int = 5) -> list[MemoryHit]:
+        """Resolved tool errors like this one; every hit renews its 90-day TTL."""
+        terms = query_terms(text)
+        if not terms:
+            return []
+        rows = self._rows("error_search", {"user_id": user_id, "patterns": _patterns(terms), "limit": limit,
+                                           "now": datetime.now().astimezone()})
+        return [MemoryHit("error", f"{r['tool']}: {r['error']}\nfix: {r['fix']}", r["session_id"], r["observed_at"],
+                          float(_terms_hit(r["error"] + r["fix"], terms)), id=r["id"], user_id=r["user_id"],
+                          key=r["tool"], start_seq=r["error_seq"], end_seq=r["fix_seq"])
+                for r in sorted(rows, key=lambda r: r["observed_at"], reverse=True)]
+
+
 def fuse_rrf(rankings: Sequence[Sequence[MemoryHit]], k: int = 60) -> list[MemoryHit]:
     """Reciprocal rank fusion (as navra's knowledge_search): score = sum of 1 / (k + rank).
     A hit found by both rankings keeps its similarity and its matched terms."""
@@ -261,7 +305,17 @@ class UnifiedMemorySearch(MemorySearch):
             hits += self.mark_freshness(raw, user_id, current_session_id, summary_at)
         if scope in ("all", "sketches"):
             hits += self.search_sketches(text, user_id, session_id, current_session_id, limit=k)
+        if scope in ("all", "knowledge"):
+            hits += self.search_knowledge(text, user_id, current_session_id, limit=k)
+        self._count_access(hits)
         return hits
+
+    def _count_access(self, hits: Sequence[MemoryHit]) -> None:
+        """Every hit counts as an access: decay gives often-used memories a boost."""
+        for source, name in (("fact", "count_fact_access"), ("knowledge", "count_knowledge_access")):
+            ids = [h.id for h in hits if h.source_type == source]
+            if ids:
+                self.conn.execute(query(name), {"ids": ids})
 
     def mark_freshness(self, raw: list[MemoryHit], user_id: str | None, current_session_id: str | None = None,
                        summary_at: datetime | None = None) -> list[MemoryHit]:
@@ -313,6 +367,10 @@ def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars:
                 lines.append(f"   keys: {', '.join(hit.breadcrumbs[:8])}")
             body = hit.text if len(hit.text) <= excerpt_chars else hit.text[: excerpt_chars - 1] + "…"
             lines.extend(f"   {line}" for line in body.splitlines())
+        elif hit.source_type == "knowledge":
+            lines.append(f"{number}. knowledge [{hit.kind}] · {hit.category} · session {hit.session_id} · "
+                         f"{_when(hit.timestamp)}")
+            lines.append(f"   {hit.text}")
         else:
             lines.append(f"{number}. sketch [{hit.section}] · session {hit.session_id} · {_when(hit.timestamp)}")
             lines.append(f"   {hit.text}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -23,9 +25,12 @@ def _admin(url: str, statement: str, *names: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_home(tmp_path_factory) -> Path:
-    # A short path: the server's Unix socket lives in its data folder.
-    return Path(tmp_path_factory.mktemp("pg"))
+def pg_home() -> Path:
+    # Outside pytest's temp folders, which another pytest run may rotate away under a live
+    # server; and short, because the server's Unix socket lives in its data folder.
+    home = Path(tempfile.mkdtemp(prefix="mp-pg-"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

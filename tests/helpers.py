@@ -10,7 +10,7 @@ import dagster as dg
 import psycopg
 from psycopg import sql
 
-from assets.resources import EmbedderResource, MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSource
+from assets.resources import EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSource
 
 
 def with_database(url: str, name: str) -> str:
@@ -66,6 +66,7 @@ def pipeline_resources(url: str, transcripts: Path, *, llm: ModelResource | None
         "summary_settings": settings,
         "memory_settings": MemorySettings(),
         "embedder": EmbedderResource(),
+        "lifecycle": LifecycleSettings(),
     }
 
 

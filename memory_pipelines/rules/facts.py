@@ -32,6 +32,7 @@ USER_PATTERNS: tuple[tuple[str, str | None, re.Pattern[str]], ...] = (
     ("identity", "location", re.compile(r"\b(?i:vivo en) " + _PLACE)),
     ("identity", "location", re.compile(r"我住在([^\s，。,.!?！？]{1,20})")),
     ("identity", "name", re.compile(r"我叫([^\s，。,.!?！？]{1,12})")),
+    ("identity", "email", re.compile(r"\b(?i:my e-?mail(?: address)? is|mail me at|reach me at) ([\w.+-]+@[\w-]+(?:\.[\w-]+)+)")),
     ("identity", "timezone", re.compile(r"\bmy time ?zone is ([A-Za-z_]+/[A-Za-z_]+|UTC[+-]?\d*|[A-Z]{3,4})", re.IGNORECASE)),
     ("work", "employer", re.compile(r"\bI work (?:at|for) " + _PLACE)),
     ("work", "manager", re.compile(r"\b" + _NAME + r" is my manager\b")),

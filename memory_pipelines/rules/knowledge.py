@@ -27,7 +27,7 @@ _INSIGHT = re.compile(r"\b(root cause|the (?:problem|issue|fix) (?:was|is)|this 
                       re.IGNORECASE)
 _USES = re.compile(r"\b(?:project )?([A-Z][\w-]+) uses ([A-Z][\w.+-]*(?:\s*(?:,|and)\s*[A-Z][\w.+-]*)*)")
 _DEPENDS = re.compile(r"\b([a-z][\w-]+) depends on (?:the )?([a-z][\w-]+)", re.IGNORECASE)
-_ONLY_WORDS = re.compile(r"[^\w\s-]")
+_ONLY_WORDS = re.compile(r"[^\w\s'’.-]")
 
 
 def _title(text: str) -> str:
@@ -39,7 +39,7 @@ def synthesize(messages: Sequence[Message], summary: Summary | None) -> dict:
     relations: list[dict] = []
     by_seq = {m.seq: m for m in messages}
     for decision in (summary.key_decisions if summary else ()):
-        entries.append({"kind": "instruction", "title": _title(decision), "content": decision,
+        entries.append({"kind": "instruction", "title": _title(decision.split(": ", 1)[-1]), "content": decision,
                         "tags": ["decision"], "confidence": 0.9, "seq": None})
     for item in extract_facts(messages):
         kind = KIND_BY_CATEGORY.get(item["category"], "fact")

@@ -67,6 +67,16 @@ CREATE TABLE IF NOT EXISTS knowledge_entry_versions (
     PRIMARY KEY (entry_key, content_hash)
 );
 
+-- What each session-day's synthesis read: the same inputs again are not synthesized again.
+CREATE TABLE IF NOT EXISTS knowledge_sources (
+    session_id    text        NOT NULL,
+    partition_key text        NOT NULL,
+    fingerprint   text        NOT NULL,
+    entries       integer     NOT NULL,
+    run_id        text        NOT NULL,
+    PRIMARY KEY (session_id, partition_key)
+);
+
 CREATE TABLE IF NOT EXISTS entity_graph (
     id             bigserial   PRIMARY KEY,
     user_id        text        NOT NULL,

@@ -87,3 +87,22 @@ WHERE ts >= %(start)s AND ts < %(end)s AND role = 'tool' AND (metadata ->> 'is_e
 SELECT summary FROM session_summary_versions
 WHERE session_id = %(session_id)s AND partition_key <= %(partition_key)s
 ORDER BY version DESC LIMIT 1;
+
+-- name: graph_relations
+-- One hop around an entity (or every triple), optionally valid at a moment.
+SELECT id, subject, relation, object, confidence, valid_from, valid_until, session_id, seq_start, seq_end
+FROM entity_graph
+WHERE user_id = %(user_id)s
+  AND (%(entity)s::text IS NULL OR lower(subject) = lower(%(entity)s) OR lower(object) = lower(%(entity)s))
+  AND (%(relation)s::text IS NULL OR relation = %(relation)s)
+  AND (%(at)s::timestamptz IS NULL OR (valid_from <= %(at)s AND (valid_until IS NULL OR valid_until > %(at)s)))
+ORDER BY CASE WHEN %(at)s::timestamptz IS NOT NULL THEN -confidence END, valid_from, id;
+
+-- name: knowledge_source_fingerprint
+SELECT fingerprint FROM knowledge_sources WHERE session_id = %(session_id)s AND partition_key = %(partition_key)s;
+
+-- name: record_knowledge_source
+INSERT INTO knowledge_sources (session_id, partition_key, fingerprint, entries, run_id)
+VALUES (%(session_id)s, %(partition_key)s, %(fingerprint)s, %(entries)s, %(run_id)s)
+ON CONFLICT (session_id, partition_key) DO UPDATE
+SET fingerprint = EXCLUDED.fingerprint, entries = EXCLUDED.entries, run_id = EXCLUDED.run_id;

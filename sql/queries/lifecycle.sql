@@ -79,8 +79,8 @@ FROM knowledge_entries
 WHERE %(user_id)s::text IS NULL OR user_id = %(user_id)s OR scope = 'global'
 ORDER BY kind, title, id;
 
--- Forgetting: one DELETE per table, through the lineage columns. %(whole_user)s is true for
--- `forget --user`, false for `forget --session` (then only rows of those sessions go).
+-- Forgetting: one DELETE per table, through the lineage columns. The whole_user parameter
+-- is true for `forget --user`, false for `forget --session` (only those sessions' rows go).
 
 -- name: forget_memory_facts_hidden
 DELETE FROM memory_facts WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s) AND merged_into IS NOT NULL;
@@ -98,6 +98,8 @@ DELETE FROM memory_chunks WHERE user_id = %(user_id)s AND session_id = ANY(%(ses
 DELETE FROM sketches WHERE user_id = %(user_id)s AND (%(whole_user)s OR session_id = ANY(%(session_ids)s));
 -- name: forget_recall_ledger
 DELETE FROM recall_ledger WHERE session_id = ANY(%(session_ids)s);
+-- name: forget_knowledge_sources
+DELETE FROM knowledge_sources WHERE session_id = ANY(%(session_ids)s);
 -- name: forget_knowledge_entry_versions
 DELETE FROM knowledge_entry_versions WHERE (user_id = %(user_id)s AND %(whole_user)s) OR session_id = ANY(%(session_ids)s);
 -- name: forget_knowledge_entries
@@ -122,3 +124,8 @@ DELETE FROM quarantine WHERE session_id = ANY(%(session_ids)s);
 DELETE FROM messages WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
 -- name: forget_sessions
 DELETE FROM sessions WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
+
+-- name: pii_entries
+SELECT id, entry_key, user_id, kind, title, pii_kinds, updated_at FROM knowledge_entries
+WHERE has_pii AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
+ORDER BY updated_at, id;

@@ -160,3 +160,36 @@ SELECT EXISTS (SELECT 1 FROM session_summaries WHERE session_id = %(session_id)s
 
 -- name: session_owner
 SELECT user_id FROM sessions WHERE session_id = %(session_id)s;
+
+-- name: knowledge_search
+-- A scoped search: the user's entries (entity scope, and session scope for one session or
+-- all of theirs), a process's entries when named, and global ones; expired ones leave.
+SELECT id, entry_key, user_id, kind, title, content, tags, scope, scope_id, consent_basis, updated_at, session_id,
+       seq_start, seq_end, version,
+       CASE WHEN embedding_model = %(model)s THEN embedding <=> %(vector)s END AS distance,
+       ts_rank_cd(search_tsv, to_tsquery('simple', %(tsquery)s)) AS text_rank,
+       search_tsv @@ to_tsquery('simple', %(tsquery)s) AS text_match
+FROM knowledge_entries
+WHERE (scope = 'global'
+       OR (%(user_id)s::text IS NOT NULL AND user_id = %(user_id)s
+           AND (scope = 'entity' OR (scope = 'session' AND (%(session_id)s::text IS NULL OR scope_id = %(session_id)s))))
+       OR (scope = 'process' AND scope_id = %(process)s)
+       OR %(all_users)s)
+  AND (valid_until IS NULL OR valid_until > %(at)s)
+  AND (%(consent)s::text IS NULL OR consent_basis = %(consent)s);
+
+-- name: count_fact_access
+UPDATE memory_facts SET access_count = access_count + 1, last_accessed_at = now() WHERE id = ANY(%(ids)s);
+
+-- name: count_knowledge_access
+UPDATE knowledge_entries SET access_count = access_count + 1, last_accessed_at = now() WHERE id = ANY(%(ids)s);
+
+-- name: error_search
+-- Resolved tool errors still within their TTL; a hit renews it.
+UPDATE error_memory e SET expires_at = greatest(e.expires_at, %(now)s + interval '90 days'), hit_count = hit_count + 1
+WHERE e.id IN (
+    SELECT id FROM error_memory
+    WHERE user_id = %(user_id)s AND expires_at > %(now)s
+      AND (tool ILIKE ANY(%(patterns)s) OR error ILIKE ANY(%(patterns)s) OR fix ILIKE ANY(%(patterns)s))
+    ORDER BY observed_at DESC LIMIT %(limit)s)
+RETURNING id, user_id, tool, error, fix, session_id, error_seq, fix_seq, observed_at, expires_at;

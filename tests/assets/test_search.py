@@ -70,16 +70,20 @@ def test_tiers_scopes_k_and_provenance(conn):
     search = UnifiedMemorySearch(conn, EMBEDDER)
     hits = search.search("ledger-api port", user_id="bob", k=3)
     order = [h.source_type for h in hits]
-    assert order == sorted(order, key=["fact", "raw", "sketch"].index) and set(order) == {"fact", "raw", "sketch"}
+    tiers = ["fact", "raw", "sketch", "knowledge"]
+    assert order == sorted(order, key=tiers.index) and {"fact", "raw", "sketch"} <= set(order)
     for hit in hits:
         assert hit.session_id and hit.timestamp and hit.user_id == "bob"
         if hit.source_type == "fact":
             assert hit.key and hit.category
         elif hit.source_type == "raw":
             assert hit.start_seq is not None and hit.end_seq >= hit.start_seq
-        else:
+        elif hit.source_type == "sketch":
             assert hit.section
+        else:
+            assert hit.kind and hit.key
     assert {h.source_type for h in search.search("port", scope="facts", user_id="bob")} == {"fact"}
+    assert {h.source_type for h in search.search("port", scope="knowledge", user_id="bob")} == {"knowledge"}
     assert {h.source_type for h in search.search("port", scope="sketches", user_id="bob")} == {"sketch"}
     assert search.search("port", scope="nonsense", user_id="bob", k=2) == search.search("port", user_id="bob", k=2)
     assert len([h for h in search.search("port", scope="raw", user_id="bob", k=0)]) == 1
@@ -169,8 +173,8 @@ def test_switching_embedding_models_reembeds_and_never_mixes_dimensions(database
         hidden = conn.execute("SELECT count(*) FROM memory_facts WHERE merged_into IS NOT NULL "
                               "AND embedding_model = 'hashing:hashing-v1:64'").fetchone()[0]
     assert models == [("hashing:hashing-v1:64", 64)]
-    assert indexes == {index_name("memory_chunks", "hashing:hashing-v1:64"),
-                       index_name("memory_facts", "hashing:hashing-v1:64")}
+    assert indexes == {index_name(table, "hashing:hashing-v1:64")
+                       for table in ("memory_chunks", "memory_facts", "knowledge_entries")}
     assert hidden == 0
     # running it again touches nothing
     [again] = materialize_partitions([memory_embeddings], [DAYS[-1]], database_url, folder,

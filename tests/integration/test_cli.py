@@ -111,6 +111,15 @@ def test_embedded_default_run_then_psql_then_rerun_identical(tmp_path):
         modes = {m["mode"]: m for m in json.loads(bench.stdout)["modes"]}
         assert set(modes) == {"vector", "text", "hybrid", "tiered"} and modes["hybrid"]["questions"] >= 20
         assert modes["hybrid"]["recall_at_k"] >= modes["vector"]["recall_at_k"]
+        knowledge = cli("search", "ledger-api", "--user", "bob", "--scope", "knowledge", env=env)
+        assert knowledge.returncode == 0 and ". knowledge [" in knowledge.stdout
+        exported = cli("export", "markdown", str(tmp_path / "md"), "--user", "bob", env=env)
+        assert exported.returncode == 0, exported.stderr
+        files = list((tmp_path / "md").glob("*.md"))
+        assert files and all(f.read_text().startswith("---\nkind: ") for f in files)
+        forgot = cli("forget", "--user", "wei", env=env)
+        assert forgot.returncode == 0 and "forgot user wei:" in forgot.stdout and "messages" in forgot.stdout
+        assert _psql_count(url, "select count(*) from messages where user_id = 'wei'") == 0
     finally:
         cli("db", "stop", env=env)
     assert not embedded.status(Path(env["MEMORY_HOME"])).running

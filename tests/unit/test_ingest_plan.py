@@ -60,3 +60,10 @@ def test_first_user_of_a_new_session_owns_it_within_a_batch():
 def test_counts_add_up():
     plan = plan_ingest(_scan(_m(1), _m(1), _m(1, "x"), _m(2, user="eve"), _m(3)), {}, {})
     assert plan.read == 5 == len(plan.new) + plan.duplicates + len(plan.quarantined)
+
+
+def test_forgotten_users_and_sessions_are_skipped_and_counted():
+    forgotten = frozenset({("u1", "s1"), ("eve", "")})
+    plan = plan_ingest(_scan(_m(1), _m(2, user="eve", session="s9"), _m(3, session="s2")), {}, {}, forgotten)
+    assert [(m.session_id, m.seq) for m in plan.new] == [("s2", 3)]
+    assert plan.forgotten == 2 and plan.read == 3
