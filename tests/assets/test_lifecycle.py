@@ -150,10 +150,15 @@ def test_decay_archives_restores_and_is_deterministic(make_database):
     urls = [make_database(), make_database()]
     for url in urls:
         materialize_partitions(all_assets, DAYS, url, SAMPLE_TRANSCRIPTS)
+    # the second database also gets a backfill of past days of decay: as of those days' ends
+    # it finds nothing more to move, so both archives stay the same
+    materialize_partitions([memory_decay], DAYS[2:5], urls[1], SAMPLE_TRANSCRIPTS)
+    archived = "SELECT source_table, source_key, user_id, reason, score FROM memory_archive ORDER BY 1, 2, 3, 4, 5"
+    assert rows(urls[0], archived) == rows(urls[1], archived) != []
+    for url in urls:
         with psycopg.connect(url) as conn:
             decay(conn, datetime(2026, 12, 1, tzinfo=UTC), "2026-11-30", "fixed-run")
     # the same rows archived for the same reasons with the same scores (row_data holds run ids)
-    archived = "SELECT source_table, source_key, user_id, reason, score FROM memory_archive ORDER BY 1, 2, 3, 4, 5"
     assert rows(urls[0], archived) == rows(urls[1], archived) != []
     assert content_fingerprints(urls[0], ["knowledge_entries", "memory_facts"]) == \
         content_fingerprints(urls[1], ["knowledge_entries", "memory_facts"])
