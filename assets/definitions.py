@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.automation import build_automation
 from assets.distillation import conversation_segments, session_summaries
 from assets.lifecycle import error_memory, knowledge_entries, memory_decay
 from assets.memory import memory_chunks, memory_facts
@@ -20,8 +21,12 @@ distill_job = dg.define_asset_job(
     description="The whole distillation graph, for one partition or a range.",
 )
 
+distill_schedule, transcript_files_sensor = build_automation(distill_job)
+
 defs = dg.Definitions(
     assets=all_assets,
     jobs=[distill_job],
+    schedules=[distill_schedule],
+    sensors=[transcript_files_sensor],
     resources=resources_from_env(),
 )

@@ -281,6 +281,20 @@ def cmd_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lineage(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.lineage import lineage, render
+
+    pool = get_pool(_connect_url(_settings()))
+    with pool.connection() as conn:
+        try:
+            report = lineage(conn, args.kind, args.id)
+        except (LookupError, ValueError) as exc:
+            raise CliError(str(exc)) from None
+    print(json.dumps(report, default=str, ensure_ascii=False, indent=2) if args.json else render(report))
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from memory_pipelines.generator import GeneratorConfig, write_transcripts
 
@@ -354,6 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
     archive.add_argument("action", choices=["restore"])
     archive.add_argument("id", type=int)
     archive.set_defaults(func=cmd_archive)
+
+    lin = sub.add_parser("lineage", help="where a row came from: source messages, run, model, calls, merges")
+    lin.add_argument("kind", choices=["fact", "chunk", "entry", "summary"])
+    lin.add_argument("id", help="the row id (a session id for summary)")
+    lin.add_argument("--json", action="store_true")
+    lin.set_defaults(func=cmd_lineage)
 
     gen = sub.add_parser("generate", help="write deterministic synthetic transcripts (for benchmarks)")
     gen.add_argument("out", help="output folder")

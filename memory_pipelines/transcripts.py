@@ -11,7 +11,7 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -225,3 +225,9 @@ def transcript_date_range(root: Path, *, timezone: str = "UTC", max_bytes: int =
     if first is None:
         return None
     return _from_us(first).date(), _from_us(last).date()
+
+
+def transcript_days(root: Path, *, timezone: str = "UTC", max_bytes: int = 1_000_000) -> list[date]:
+    """Every UTC day a record under `root` is attributed to: the partitions it touches."""
+    return [(_EPOCH + timedelta(days=row[0])).date()
+            for row in _cache.query(root, timezone, max_bytes, "event_days", {})]

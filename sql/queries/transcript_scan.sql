@@ -140,3 +140,7 @@ ORDER BY source, line;
 
 -- name: event_range
 SELECT min(event_us), max(event_us) FROM validated_records;
+
+-- name: event_days
+-- The UTC days records are attributed to (see scan_records).
+SELECT DISTINCT event_us // 86400000000 AS day FROM validated_records ORDER BY day;

@@ -217,3 +217,24 @@ def test_facts_prompt_lines_carry_confidence_and_age(database_url, tmp_path):
         text = facts_prompt(conn, "ann", now=datetime(2026, 11, 4, 12, tzinfo=UTC))
         assert [f.key for f in user_facts(conn, "ann", include_merged=True)] == ["editor"]
     assert text == "• [preferences] editor → neovim (confidence: 90%, updated 34d ago)"
+
+
+def test_lineage_of_a_fact_names_its_source_messages_and_model_call(database_url, tmp_path):
+    import shutil
+
+    from memory_pipelines.lineage import lineage, render
+
+    folder = tmp_path / "bob"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder)
+    materialize_partitions(PIPELINE, DAYS, database_url, folder)
+    with psycopg.connect(database_url) as conn:
+        fact_id = conn.execute("SELECT id FROM memory_facts WHERE key = 'ledger_api_port'").fetchone()[0]
+        report = lineage(conn, "fact", str(fact_id))
+        summary = lineage(conn, "summary", "s-bob-0005")
+        view = conn.execute("SELECT call_id, input_tokens FROM fact_lineage WHERE fact_id = %s", (fact_id,)).fetchone()
+    assert [(m["seq"], m["role"]) for m in report["messages"]] == [(3, "user")]
+    assert "switch ledger-api to port 9090" in report["messages"][0]["excerpt"]
+    assert [c["purpose"] for c in report["calls"]] == ["extract_facts"] and view[0] == report["calls"][0]["id"]
+    text = render(report)
+    assert "source messages (1):" in text and "extract_facts via rules/rules-v1" in text
+    assert summary["versions"] and any(c["purpose"] == "summarize" for c in summary["calls"])
