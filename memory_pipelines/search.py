@@ -251,7 +251,7 @@ class MemorySearch:
                                    similarity=1 - r["distance"] if r["distance"] is not None else None,
                                    matched_terms=_terms_hit(f"{r['title']} {r['content']}", terms))
                 for r in rows}
-        by_vector = sorted((h for h in hits.values() if h.similarity is not None), key=lambda h: -h.similarity)
+        by_vector = sorted((h for h in hits.values() if h.similarity is not None), key=lambda h: (-h.similarity, h.id))
         by_text = sorted((h for h in hits.values() if h.matched_terms), key=lambda h: (-h.matched_terms, h.id))
         fused = fuse_rrf([by_vector[: limit * 4], by_text[: limit * 4]]) if terms else by_vector
         return [h for h in fused if h.matched_terms or (h.similarity or 0) >= 1 - CHUNK_MAX_DISTANCE][:limit]

@@ -47,7 +47,7 @@ SELECT id, user_id, category, key, value, confidence, last_verified_at, session_
        embedding <=> %(vector)s AS distance
 FROM memory_facts
 WHERE merged_into IS NULL AND embedding_model = %(model)s AND (%(all_users)s OR user_id = %(user_id)s)
-ORDER BY embedding <=> %(vector)s
+ORDER BY embedding <=> %(vector)s, id
 LIMIT %(limit)s;
 
 -- name: fact_text_search
@@ -57,7 +57,7 @@ SELECT id, user_id, category, key, value, confidence, last_verified_at, session_
 FROM memory_facts
 WHERE merged_into IS NULL AND (%(all_users)s OR user_id = %(user_id)s)
   AND (category ILIKE ANY(%(patterns)s) OR key ILIKE ANY(%(patterns)s) OR value ILIKE ANY(%(patterns)s))
-ORDER BY last_verified_at DESC
+ORDER BY last_verified_at DESC, id
 LIMIT %(scan_limit)s;
 
 -- name: chunk_vector_search
@@ -66,7 +66,7 @@ SELECT id, user_id, session_id, start_seq, end_seq, started_at, ended_at, conten
 FROM memory_chunks
 WHERE embedding_model = %(model)s AND (%(all_users)s OR user_id = %(user_id)s)
   AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
-ORDER BY embedding <=> %(vector)s
+ORDER BY embedding <=> %(vector)s, id
 LIMIT %(limit)s;
 
 -- name: chunk_text_search
@@ -79,7 +79,7 @@ WHERE (%(all_users)s OR user_id = %(user_id)s)
   AND (to_tsvector('simple', content) @@ to_tsquery('simple', %(tsquery)s)
        OR content ILIKE ANY(%(patterns)s)
        OR array_to_string(breadcrumbs, ' ') ILIKE ANY(%(patterns)s))
-ORDER BY ts_rank_cd(to_tsvector('simple', content), to_tsquery('simple', %(tsquery)s)) DESC, ended_at DESC
+ORDER BY ts_rank_cd(to_tsvector('simple', content), to_tsquery('simple', %(tsquery)s)) DESC, ended_at DESC, id
 LIMIT %(scan_limit)s;
 
 -- name: recent_chunks
@@ -96,7 +96,8 @@ SELECT session_id, seq, user_id, role, content, ts
 FROM messages
 WHERE (%(all_users)s OR user_id = %(user_id)s) AND role IN ('user', 'assistant', 'tool')
   AND to_tsvector('simple', content) @@ to_tsquery('simple', %(tsquery)s)
-ORDER BY ts_rank_cd(to_tsvector('simple', content), to_tsquery('simple', %(tsquery)s)) DESC, ts DESC
+ORDER BY ts_rank_cd(to_tsvector('simple', content), to_tsquery('simple', %(tsquery)s)) DESC, ts DESC,
+         session_id, seq
 LIMIT %(limit)s;
 
 -- name: message_context
@@ -120,7 +121,7 @@ WHERE (%(all_users)s OR user_id = %(user_id)s)
   AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s OR scope = 'user')
   AND (cardinality(%(patterns)s::text[]) = 0 OR key ILIKE ANY(%(patterns)s) OR value ILIKE ANY(%(patterns)s)
        OR section ILIKE ANY(%(patterns)s))
-ORDER BY (session_id = %(current_session_id)s) DESC NULLS LAST, updated_at DESC
+ORDER BY (session_id = %(current_session_id)s) DESC NULLS LAST, updated_at DESC, id
 LIMIT %(limit)s;
 
 -- name: upsert_sketch
@@ -176,7 +177,8 @@ WHERE (scope = 'global'
        OR (scope = 'process' AND scope_id = %(process)s)
        OR %(all_users)s)
   AND (valid_until IS NULL OR valid_until > %(at)s)
-  AND (%(consent)s::text IS NULL OR consent_basis = %(consent)s);
+  AND (%(consent)s::text IS NULL OR consent_basis = %(consent)s)
+ORDER BY id;
 
 -- name: count_fact_access
 UPDATE memory_facts SET access_count = access_count + 1, last_accessed_at = now() WHERE id = ANY(%(ids)s);
