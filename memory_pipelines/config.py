@@ -22,14 +22,24 @@ def default_home() -> Path:
     return Path(data_home) / "memory-pipelines"
 
 
-def _int_env(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
+def env_text(name: str) -> str | None:
+    """An environment variable's value, None when unset or blank."""
+    return os.environ.get(name, "").strip() or None
+
+
+def env_number(name: str, kind: type, default):
+    """An environment variable read as `kind` (int or float), `default` when unset."""
+    raw = env_text(name)
+    if raw is None:
         return default
     try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
+        return kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _int_env(name: str, default: int) -> int:
+    value = env_number(name, int, default)
     if value <= 0:
         raise ConfigError(f"{name} must be positive, got {value}")
     return value

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from memory_pipelines.config import ConfigError
-from memory_pipelines.llm.config import ModelConfig
+from memory_pipelines.config import ConfigError, env_number, env_text
+from memory_pipelines.llm.config import DEFAULT_URLS, ModelConfig
 from memory_pipelines.llm.http import HttpCallError, post_json
 
 log = logging.getLogger(__name__)
@@ -66,16 +66,10 @@ def embed_config() -> EmbedConfig:
     global _announced
 
     def get(name: str) -> str | None:
-        return os.environ.get(f"MEMORY_EMBED_{name}", "").strip() or None
+        return env_text(f"MEMORY_EMBED_{name}")
 
     def number(name: str, kind, default):
-        raw = get(name)
-        if raw is None:
-            return default
-        try:
-            return kind(raw)
-        except ValueError:
-            raise ConfigError(f"MEMORY_EMBED_{name} must be a number, got {raw!r}") from None
+        return env_number(f"MEMORY_EMBED_{name}", kind, default)
 
     backend = (get("BACKEND") or "").lower()
     if not backend:
@@ -87,8 +81,7 @@ def embed_config() -> EmbedConfig:
     base_url = get("BASE_URL")
     if base_url is None and backend in ("ollama", "openai"):
         chat = ModelConfig.from_env("MEMORY_LLM")
-        base_url = chat.base_url if chat.backend == backend else (
-            "http://127.0.0.1:11434" if backend == "ollama" else "https://api.openai.com/v1")
+        base_url = chat.base_url if chat.backend == backend else DEFAULT_URLS[backend]
     remote = backend in ("ollama", "openai")
     return EmbedConfig(
         backend=backend, base_url=(base_url or "").rstrip("/"), model=get("MODEL") or DEFAULT_MODELS.get(backend, ""),

@@ -7,10 +7,9 @@ model's except the back end itself, which defaults to `rules`.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from memory_pipelines.config import ConfigError
+from memory_pipelines.config import ConfigError, env_number, env_text
 
 BACKENDS = ("ollama", "openai", "rules")
 DEFAULT_MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini", "rules": "rules-v1"}
@@ -38,17 +37,10 @@ class ModelConfig:
     def from_env(cls, prefix: str = "MEMORY_LLM", fallback: "ModelConfig | None" = None,
                  default_backend: str = "rules") -> "ModelConfig":
         def get(name: str) -> str | None:
-            value = os.environ.get(f"{prefix}_{name}", "").strip()
-            return value or None
+            return env_text(f"{prefix}_{name}")
 
         def number(name: str, kind, default):
-            raw = get(name)
-            if raw is None:
-                return default
-            try:
-                return kind(raw)
-            except ValueError:
-                raise ConfigError(f"{prefix}_{name} must be a number, got {raw!r}") from None
+            return env_number(f"{prefix}_{name}", kind, default)
 
         backend = (get("BACKEND") or default_backend).lower()
         base = fallback if fallback is not None and fallback.backend == backend else None
@@ -63,9 +55,6 @@ class ModelConfig:
             backoff_s=number("BACKOFF", float, inherited.backoff_s),
             concurrency=number("CONCURRENCY", int, inherited.concurrency),
         )
-
-    def redacted(self) -> "ModelConfig":
-        return replace(self, api_key="***" if self.api_key else None)
 
 
 def chat_config() -> ModelConfig:
