@@ -291,7 +291,8 @@ def pack_chunks_for_days(pool: ConnectionPool, partition_keys: Sequence[str], ct
     for key in partition_keys:
         day = _day_window(key)
         with pool.connection() as conn:
-            sessions = repository.sessions_active_between(conn, day.start - stale_after, day.end)
+            # sessions active in the day, or gone stale early in it
+            sessions = repository.sessions_in_window(conn, TimeWindow(day.start - stale_after, day.end))
         for session_id, _user in sessions:
             with pool.connection() as conn, conn.transaction():
                 repository.lock_session(conn, session_id)

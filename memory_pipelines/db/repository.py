@@ -199,10 +199,6 @@ def insert_summary_version(conn: psycopg.Connection, version: SummaryVersion, ru
     conn.execute(query("refresh_current_summary"), {"session_id": version.session_id})
 
 
-def refresh_current_summary(conn: psycopg.Connection, session_id: str) -> None:
-    conn.execute(query("refresh_current_summary"), {"session_id": session_id})
-
-
 def current_summary(conn: psycopg.Connection, session_id: str) -> Summary | None:
     row = conn.execute(query("current_summary"), {"session_id": session_id}).fetchone()
     return Summary.from_json(row[0]) if row else None
@@ -332,10 +328,6 @@ def delete_fact(conn: psycopg.Connection, user_id: str, key: str, category: str 
 
 
 # --- chunks ------------------------------------------------------------------------------
-
-def sessions_active_between(conn: psycopg.Connection, start: datetime, end: datetime) -> list[tuple[str, str]]:
-    return conn.execute(query("sessions_active_between"), {"start": start, "end": end}).fetchall()
-
 
 def session_window_state(conn: psycopg.Connection, session_id: str, end: datetime,
                          window: int) -> tuple[datetime | None, int | None]:

@@ -106,11 +106,6 @@ SELECT id FROM memory_facts
 WHERE user_id = %(user_id)s AND key = %(key)s AND (%(category)s::text IS NULL OR category = %(category)s)
   AND merged_into IS NULL;
 
--- name: sessions_active_between
-SELECT DISTINCT session_id, user_id FROM messages
-WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'
-ORDER BY session_id;
-
 -- name: session_window_state
 -- As of the window's end: the last activity and the seq that leaves the context window.
 SELECT max(ts), (array_agg(seq ORDER BY seq DESC))[%(window)s + 1]

@@ -40,7 +40,7 @@ def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
     with psycopg.connect(database_url) as conn:
         stored = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     assert stored > 0
-    assert f"messages" in first.stdout and str(stored) in first.stdout
+    assert "messages" in first.stdout and str(stored) in first.stdout
     for stage in ("conversation_segments:", "session_summaries:"):
         assert stage in first.stdout
     before = table_fingerprints(database_url)
