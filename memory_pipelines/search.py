@@ -336,7 +336,8 @@ class UnifiedMemorySearch(MemorySearch):
             words = content_words(hit.text + " " + " ".join(hit.breadcrumbs))
             newer = [f for f, fw in fact_words if f["user_id"] == hit.user_id and hit.timestamp is not None
                      and f["last_verified_at"] > hit.timestamp and len(words & fw) >= 2]
-            newest = max(newer, key=lambda f: f["last_verified_at"], default=None)
+            # ties broken by key: the rows' physical order changes whenever access counting updates them
+            newest = max(newer, key=lambda f: (f["last_verified_at"], f["key"]), default=None)
             cursor = cursors.get(hit.session_id)
             marked.append(replace(hit, superseded_by=newest["key"] if newest else None,
                                   before_summary=cursor is not None and hit.timestamp is not None

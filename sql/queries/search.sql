@@ -109,7 +109,8 @@ ORDER BY seq;
 
 -- name: newer_facts_for_users
 SELECT user_id, category, key, value, last_verified_at FROM memory_facts
-WHERE merged_into IS NULL AND user_id = ANY(%(user_ids)s);
+WHERE merged_into IS NULL AND user_id = ANY(%(user_ids)s)
+ORDER BY user_id, category, key;
 
 -- name: summary_cursors
 SELECT session_id, cursor_ts FROM session_summaries WHERE session_id = ANY(%(session_ids)s);
