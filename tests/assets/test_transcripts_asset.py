@@ -95,3 +95,19 @@ def test_a_late_file_for_a_past_day_is_picked_up_by_rerunning_that_day(database_
 def test_missing_transcript_folder_fails_the_run_clearly(database_url, tmp_path):
     with pytest.raises(Exception, match="does not exist"):
         materialize_partitions([transcripts], ["2026-10-01"], database_url, tmp_path / "missing")
+
+
+def test_previews_in_metadata_are_pii_redacted(database_url, tmp_path):
+    folder = tmp_path / "pii"
+    folder.mkdir()
+    lines = [{"session_id": "s-pii", "user_id": "paula", "agent_id": "navi", "seq": 1, "role": "user",
+              "content": "mail me at paula.k@example.org, card 4111 1111 1111 1111", "ts": "2026-10-03T09:00:00Z"},
+             {"session_id": "s-pii", "user_id": "paula", "agent_id": "navi", "seq": 2, "role": "assistant",
+              "content": "Noted: paula.k@example.org", "ts": "2026-10-03T09:00:05Z"}]
+    (folder / "paula.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    [result] = materialize_partitions([transcripts], ["2026-10-03"], database_url, folder)
+    preview = materialization_metadata(result, "transcripts")["preview"]
+    assert "paula.k@example.org" not in preview and "4111" not in preview
+    assert "[REDACTED:email]" in preview and "[REDACTED:card]" in preview
+    # the archive itself keeps the text verbatim: redaction is for what leaves the database
+    assert _count(database_url, "SELECT count(*) FROM messages WHERE content LIKE %s", ("%paula.k@example.org%",)) == 2
