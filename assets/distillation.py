@@ -9,17 +9,21 @@ from assets.transcripts import partition_label
 from memory_pipelines.config import Settings
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.distill import CallContext, StageReport, judge_days, summarize_range
+from memory_pipelines.llm.backends import BUDGET_REACHED
 from memory_pipelines.reporting import markdown_table
 
 
 def call_metadata(report: StageReport) -> dict:
-    """Model calls, tokens and the model used, for every materialization that calls one."""
+    """Model calls, tokens, estimated cost and the model used, for every materialization that calls one."""
     calls = report.calls
     return {
         "model_calls": len(calls),
         "model_calls_failed": sum(1 for c in calls if c.status != "ok"),
+        "model_calls_over_budget": sum(1 for c in calls if (c.error or "").startswith(BUDGET_REACHED)),
         "input_tokens": sum(c.input_tokens for c in calls),
         "output_tokens": sum(c.output_tokens for c in calls),
+        "estimated_cost_usd": round(sum(c.cost_usd for c in calls if c.cost_usd is not None), 6),
+        "unpriced_calls": sum(1 for c in calls if c.cost_usd is None),
         "models": sorted({f"{c.backend}/{c.model}" for c in calls}),
     }
 
@@ -42,8 +46,9 @@ def conversation_segments(
     context: dg.AssetExecutionContext, postgres: PostgresResource, decision: ModelResource
 ) -> dg.MaterializeResult:
     keys = context.partition_keys
-    with decision.backend_for_run() as judge:
-        report = judge_days(get_pool(postgres.url()), keys, judge, CallContext(context.run_id, "conversation_segments"),
+    pool = get_pool(postgres.url())
+    with decision.backend_for_run(pool, context.run_id) as judge:
+        report = judge_days(pool, keys, judge, CallContext(context.run_id, "conversation_segments"),
                             decision.concurrency)
     for failure in report.failures:
         context.log.warning(failure)
@@ -88,9 +93,11 @@ def session_summaries(
     summary_settings: SummarySettings,
 ) -> dg.MaterializeResult:
     keys = context.partition_keys
-    with llm.backend_for_run() as summarizer, decision.backend_for_run() as decider:
+    pool = get_pool(postgres.url())
+    with llm.backend_for_run(pool, context.run_id) as summarizer, \
+            decision.backend_for_run(pool, context.run_id) as decider:
         report = summarize_range(
-            get_pool(postgres.url()), keys, summarizer, decider, CallContext(context.run_id, "session_summaries"),
+            pool, keys, summarizer, decider, CallContext(context.run_id, "session_summaries"),
             language=summary_settings.language, chunk_chars=summary_settings.chunk_chars,
             concurrency=llm.concurrency, partition_start=Settings.from_env().partition_start.isoformat(),
         )

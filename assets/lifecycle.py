@@ -41,8 +41,9 @@ def knowledge_entries(
     context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource, lifecycle: LifecycleSettings,
 ) -> Iterator[dg.MaterializeResult]:
     settings = KnowledgeSettings(lifecycle.sanitize_pii, lifecycle.entry_ttl_seconds, lifecycle.consent_basis)
-    with llm.backend_for_run() as synthesizer:
-        report = distill_knowledge_for_days(get_pool(postgres.url()), context.partition_keys, synthesizer,
+    pool = get_pool(postgres.url())
+    with llm.backend_for_run(pool, context.run_id) as synthesizer:
+        report = distill_knowledge_for_days(pool, context.partition_keys, synthesizer,
                                             CallContext(context.run_id, "knowledge_entries"), settings,
                                             llm.concurrency)
     for failure in report.failures:

@@ -62,7 +62,7 @@ def memory_facts(
     memory_settings: MemorySettings,
 ) -> Iterator:
     pool = get_pool(postgres.url())
-    with llm.backend_for_run() as extractor:
+    with llm.backend_for_run(pool, context.run_id) as extractor:
         report = extract_facts_for_days(
             pool, context.partition_keys, extractor, CallContext(context.run_id, "memory_facts"),
             stale_after=timedelta(minutes=memory_settings.stale_minutes), concurrency=llm.concurrency,

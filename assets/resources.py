@@ -9,9 +9,11 @@ from pathlib import Path
 
 import dagster as dg
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from memory_pipelines.chunks import CONTEXT_WINDOW_MESSAGES
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS, default_home
+from memory_pipelines.db import repository
 from memory_pipelines.db.connection import get_pool, resolve_url
 from memory_pipelines.embed import EmbedConfig, Embedder, build_embedder, embed_config
 from memory_pipelines.llm import ModelBackend, ModelConfig, build_backend
@@ -59,6 +61,9 @@ class ModelResource(dg.ConfigurableResource):
     retries: int = 3
     backoff_s: float = 1.0
     concurrency: int = 1
+    input_usd_per_mtok: float | None = None
+    output_usd_per_mtok: float | None = None
+    token_budget: int = 0
 
     @classmethod
     def from_config(cls, config: ModelConfig, *api_key_vars: str) -> "ModelResource":
@@ -71,8 +76,9 @@ class ModelResource(dg.ConfigurableResource):
         return ModelConfig(**{f.name: getattr(self, f.name) for f in fields(ModelConfig)})
 
     @contextmanager
-    def backend_for_run(self) -> Iterator[ModelBackend]:
-        backend = build_backend(self.config())
+    def backend_for_run(self, pool: ConnectionPool, run_id: str) -> Iterator[ModelBackend]:
+        """The back end for one run; the token budget counts what this run already spent."""
+        backend = build_backend(self.config(), lambda: repository.run_tokens_spent(pool, run_id))
         try:
             yield backend
         finally:

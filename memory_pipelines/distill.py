@@ -232,7 +232,8 @@ def extract_facts_for_days(pool: ConnectionPool, partition_keys: Sequence[str], 
                            concurrency: int = 1) -> StageReport:
     """memory_facts for each day: every session stale as of the day's end and not yet
     extracted through its last activity (a gap before the range is caught up), then the
-    memory_summary of every user whose facts it touched."""
+    memory_summary of every user whose facts it touched or whose summary is behind their
+    facts (an earlier rewrite failed)."""
     report = StageReport()
     for key in partition_keys:
         end = _day_window(key).end
@@ -276,7 +277,9 @@ def extract_facts_for_days(pool: ConnectionPool, partition_keys: Sequence[str], 
 
         day = _parallel(due, work, concurrency)
         report.merge(day)
-        for user_id in sorted(day.users):
+        with pool.connection() as conn:
+            outdated = repository.users_with_outdated_memory_summary(conn)
+        for user_id in sorted(day.users | set(outdated)):
             with pool.connection() as conn, conn.transaction():
                 repository.lock_user(conn, user_id)
                 report.merge(refresh_memory_summary(conn, user_id, extractor, ctx, key))

@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row, dict_row, kwargs_row
 from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db.queries import query
 from memory_pipelines.facts import FactCandidate, Rejection
@@ -98,6 +99,11 @@ def insert_llm_calls(conn: psycopg.Connection, calls: Iterable[ModelCall], *, ru
     if rows:
         with conn.cursor() as cur:
             cur.executemany(query("insert_llm_call"), rows)
+
+
+def run_tokens_spent(pool: ConnectionPool, run_id: str) -> int:
+    with pool.connection() as conn:
+        return conn.execute(query("run_tokens_spent"), {"run_id": run_id}).fetchone()[0]
 
 
 # --- messages read back from the archive -------------------------------------------------
@@ -303,6 +309,10 @@ def facts_for_user(conn: psycopg.Connection, user_id: str, include_merged: bool 
     """A user's facts; rows merged into another are hidden unless `include_merged`."""
     with conn.cursor(row_factory=class_row(StoredFact)) as cur:
         return cur.execute(query("visible_facts"), {"user_id": user_id, "include_merged": include_merged}).fetchall()
+
+
+def users_with_outdated_memory_summary(conn: psycopg.Connection) -> list[str]:
+    return [r[0] for r in conn.execute(query("users_with_outdated_memory_summary"))]
 
 
 def memory_summary_hash(conn: psycopg.Connection, user_id: str) -> str | None:

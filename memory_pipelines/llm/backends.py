@@ -45,6 +45,10 @@ class ModelCall:
     status: str  # ok | error | unparsable
     error: str | None = None
     attempts: int = 1
+    cost_usd: float | None = None  # estimated from the price table; None: the model is not priced
+
+
+BUDGET_REACHED = "token budget reached"
 
 
 class ModelError(RuntimeError):
@@ -97,8 +101,24 @@ class ModelBackend(ABC):
     """Everything the pipeline asks of a model. Each task returns its result and the
     `ModelCall` it cost, or raises `ModelError` carrying the failed call."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, spent: Callable[[], int] | None = None):
+        """`spent` returns the tokens this run has spent so far: with a token budget set,
+        a call once it is reached fails before it is made, as a model failure would, so the
+        run stops at the next chunk boundary and what is left waits for the next run."""
         self.config = config
+        self._spent = spent
+
+    def _check_budget(self, prompt: Prompt) -> None:
+        budget = self.config.token_budget
+        if budget and self._spent is not None and self._spent() >= budget:
+            raise ModelError(ModelCall(prompt.purpose, self.name, self.model, self.prompt_version(prompt), 0, 0,
+                                       True, 0.0, "error", f"{BUDGET_REACHED}: {budget} tokens per run", 0, 0.0))
+
+    def _call(self, prompt: Prompt, input_tokens: int, output_tokens: int, estimated: bool, started: float,
+              status: str, error: str | None = None, attempts: int = 1) -> ModelCall:
+        return ModelCall(prompt.purpose, self.name, self.model, self.prompt_version(prompt), input_tokens,
+                         output_tokens, estimated, (time.perf_counter() - started) * 1000, status, error, attempts,
+                         self.config.cost_usd(input_tokens, output_tokens))
 
     @property
     def name(self) -> str:
@@ -147,13 +167,11 @@ class RulesBackend(ModelBackend):
         return hashlib.sha256(f"{RULES_VERSION}:{prompt.purpose}".encode()).hexdigest()[:12]
 
     def _run(self, prompt: Prompt, input_text: str, fn: Callable[[], Any]) -> tuple[Any, ModelCall]:
+        self._check_budget(prompt)
         started = time.perf_counter()
         result = fn()
         output = json.dumps(result, default=lambda o: o.to_json() if hasattr(o, "to_json") else str(o))
-        call = ModelCall(prompt.purpose, self.name, self.model, self.prompt_version(prompt),
-                         estimate_tokens(input_text), estimate_tokens(output), True,
-                         (time.perf_counter() - started) * 1000, "ok")
-        return result, call
+        return result, self._call(prompt, estimate_tokens(input_text), estimate_tokens(output), True, started, "ok")
 
     def judge_segments(self, segments):
         text = "\n\n".join(render_transcript(s.messages) for s in segments)
@@ -185,8 +203,8 @@ class RulesBackend(ModelBackend):
 class PromptedBackend(ModelBackend):
     """A chat model over HTTP: the tasks become prompts with JSON answers."""
 
-    def __init__(self, config: ModelConfig):
-        super().__init__(config)
+    def __init__(self, config: ModelConfig, spent: Callable[[], int] | None = None):
+        super().__init__(config, spent)
         self._client = httpx.Client(timeout=config.timeout_s)
 
     def close(self) -> None:
@@ -200,16 +218,13 @@ class PromptedBackend(ModelBackend):
         """(answer text, input tokens, output tokens, attempts) from the server."""
 
     def _ask(self, prompt: Prompt, system: str, user: str, parse: Callable[[Any], Any]) -> tuple[Any, ModelCall]:
+        self._check_budget(prompt)
         started = time.perf_counter()
 
         def call(status: str, tokens_in=None, tokens_out=None, text="", error=None, attempts=1) -> ModelCall:
-            return ModelCall(
-                prompt.purpose, self.name, self.model, prompt.version,
-                tokens_in if tokens_in is not None else estimate_tokens(system + user),
-                tokens_out if tokens_out is not None else estimate_tokens(text),
-                tokens_in is None or tokens_out is None, (time.perf_counter() - started) * 1000,
-                status, error, attempts,
-            )
+            return self._call(prompt, tokens_in if tokens_in is not None else estimate_tokens(system + user),
+                              tokens_out if tokens_out is not None else estimate_tokens(text),
+                              tokens_in is None or tokens_out is None, started, status, error, attempts)
 
         try:
             text, tokens_in, tokens_out, attempts = self._chat(system, user)
@@ -348,5 +363,5 @@ class OpenAIBackend(PromptedBackend):
         return text, usage.get("prompt_tokens"), usage.get("completion_tokens"), reply.attempts
 
 
-def build_backend(config: ModelConfig) -> ModelBackend:
-    return {"rules": RulesBackend, "ollama": OllamaBackend, "openai": OpenAIBackend}[config.backend](config)
+def build_backend(config: ModelConfig, spent: Callable[[], int] | None = None) -> ModelBackend:
+    return {"rules": RulesBackend, "ollama": OllamaBackend, "openai": OpenAIBackend}[config.backend](config, spent)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memory_pipelines.config import ConfigError, env_number, env_text
+from memory_pipelines.llm.pricing import Price, configured_price
 
 BACKENDS = ("ollama", "openai", "rules")
 DEFAULT_MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini", "rules": "rules-v1"}
@@ -26,12 +27,26 @@ class ModelConfig:
     retries: int = 3
     backoff_s: float = 1.0
     concurrency: int = 1
+    # US dollars per million tokens, from the price table; None: not priced
+    input_usd_per_mtok: float | None = None
+    output_usd_per_mtok: float | None = None
+    # the most tokens one run may spend on model calls, every back end counted; 0: no limit
+    token_budget: int = 0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"model back end must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.timeout_s <= 0 or self.retries < 0 or self.concurrency < 1 or self.backoff_s < 0:
             raise ConfigError("model timeout must be > 0, retries >= 0, backoff >= 0, concurrency >= 1")
+        if self.token_budget < 0:
+            raise ConfigError("MEMORY_RUN_TOKEN_BUDGET must be >= 0 (0: no limit)")
+
+    def cost_usd(self, input_tokens: int, output_tokens: int) -> float | None:
+        if self.backend == "rules":
+            return 0.0
+        if self.input_usd_per_mtok is None or self.output_usd_per_mtok is None:
+            return None
+        return Price(self.input_usd_per_mtok, self.output_usd_per_mtok).cost(input_tokens, output_tokens)
 
     @classmethod
     def from_env(cls, prefix: str = "MEMORY_LLM", fallback: "ModelConfig | None" = None,
@@ -45,15 +60,20 @@ class ModelConfig:
         backend = (get("BACKEND") or default_backend).lower()
         base = fallback if fallback is not None and fallback.backend == backend else None
         inherited = fallback or cls()
+        model = get("MODEL") or (base.model if base else DEFAULT_MODELS.get(backend, ""))
+        price = configured_price(backend, model)
         return cls(
             backend=backend,
             base_url=(get("BASE_URL") or (base.base_url if base else DEFAULT_URLS.get(backend, ""))).rstrip("/"),
-            model=get("MODEL") or (base.model if base else DEFAULT_MODELS.get(backend, "")),
+            model=model,
             api_key=get("API_KEY") or (base.api_key if base else None),
             timeout_s=number("TIMEOUT", float, inherited.timeout_s),
             retries=number("RETRIES", int, inherited.retries),
             backoff_s=number("BACKOFF", float, inherited.backoff_s),
             concurrency=number("CONCURRENCY", int, inherited.concurrency),
+            input_usd_per_mtok=price.input_usd_per_mtok if price else None,
+            output_usd_per_mtok=price.output_usd_per_mtok if price else None,
+            token_budget=env_number("MEMORY_RUN_TOKEN_BUDGET", int, 0),
         )
 
 

@@ -30,7 +30,8 @@ SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.user'), hashtext(%(user_
 
 -- name: upsert_fact
 -- Event time wins: an observation older than the stored one changes nothing; an equal
--- row is not rewritten, so re-running leaves the table as it was.
+-- row is not rewritten, so re-running leaves the table as it was. A new value drops the
+-- embedding of the old one, so the next embedding run embeds what search will match.
 INSERT INTO memory_facts AS f (user_id, category, key, canonical_key, value, source, confidence, last_verified_at,
     source_context, session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version)
 VALUES (%(user_id)s, %(category)s, %(key)s, %(canonical_key)s, %(value)s, %(source)s, %(confidence)s,
@@ -41,7 +42,9 @@ SET value = EXCLUDED.value, source = EXCLUDED.source, confidence = EXCLUDED.conf
     last_verified_at = EXCLUDED.last_verified_at, source_context = EXCLUDED.source_context,
     session_id = EXCLUDED.session_id, seq_start = EXCLUDED.seq_start, seq_end = EXCLUDED.seq_end,
     partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id, model = EXCLUDED.model,
-    prompt_version = EXCLUDED.prompt_version, updated_at = now()
+    prompt_version = EXCLUDED.prompt_version, updated_at = now(),
+    embedding = CASE WHEN EXCLUDED.value = f.value THEN f.embedding END,
+    embedding_model = CASE WHEN EXCLUDED.value = f.value THEN f.embedding_model END
 WHERE EXCLUDED.last_verified_at > f.last_verified_at
    OR (EXCLUDED.last_verified_at = f.last_verified_at
        AND (f.value, f.source, f.session_id, f.seq_start) IS DISTINCT FROM
@@ -50,7 +53,9 @@ WHERE EXCLUDED.last_verified_at > f.last_verified_at
 
 -- name: merge_fact_families
 -- Rows whose keys are spellings of one key form a family: the most recently seen one is
--- visible, the others point at it.
+-- visible, the others point at it. A row being hidden loses its embedding (search never
+-- reads it, and whether it had one would depend on when the embedder last ran); undoing a
+-- merge leaves it missing, so the next embedding run fills it in.
 WITH ranked AS (
     SELECT id, first_value(id) OVER (PARTITION BY user_id, category, canonical_key
                                      ORDER BY last_verified_at DESC, key) AS survivor
@@ -58,7 +63,9 @@ WITH ranked AS (
     WHERE user_id = %(user_id)s AND canonical_key = ANY(%(canonical_keys)s)
 )
 UPDATE memory_facts f
-SET merged_into = NULLIF(r.survivor, f.id), updated_at = now()
+SET merged_into = NULLIF(r.survivor, f.id), updated_at = now(),
+    embedding = CASE WHEN r.survivor = f.id THEN f.embedding END,
+    embedding_model = CASE WHEN r.survivor = f.id THEN f.embedding_model END
 FROM ranked r
 WHERE f.id = r.id AND f.merged_into IS DISTINCT FROM NULLIF(r.survivor, f.id);
 
@@ -84,6 +91,15 @@ SELECT id, category, key, value, source, confidence, last_verified_at, source_co
 FROM memory_facts
 WHERE user_id = %(user_id)s AND (%(include_merged)s OR merged_into IS NULL)
 ORDER BY category, key;
+
+-- name: users_with_outdated_memory_summary
+-- Users whose visible facts changed after their memory_summary was written (or who have
+-- none): what an earlier failed or budget-stopped rewrite left behind.
+SELECT f.user_id FROM memory_facts f LEFT JOIN memory_summary s USING (user_id)
+WHERE f.merged_into IS NULL
+GROUP BY f.user_id, s.updated_at
+HAVING s.updated_at IS NULL OR max(f.updated_at) > s.updated_at
+ORDER BY 1;
 
 -- name: memory_summary_hash
 SELECT facts_hash FROM memory_summary WHERE user_id = %(user_id)s;

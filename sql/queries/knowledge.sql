@@ -41,7 +41,14 @@ SET title = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.title ELS
     seq_start = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.seq_start ELSE e.seq_start END,
     seq_end = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.seq_end ELSE e.seq_end END,
     partition_key = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.partition_key ELSE e.partition_key END,
-    run_id = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.run_id ELSE e.run_id END
+    run_id = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.run_id ELSE e.run_id END,
+    -- new content or tags: the old embedding no longer describes the entry
+    embedding = CASE WHEN EXCLUDED.updated_at > e.updated_at
+                      AND (EXCLUDED.content, EXCLUDED.tags) IS DISTINCT FROM (e.content, e.tags)
+                     THEN NULL ELSE e.embedding END,
+    embedding_model = CASE WHEN EXCLUDED.updated_at > e.updated_at
+                            AND (EXCLUDED.content, EXCLUDED.tags) IS DISTINCT FROM (e.content, e.tags)
+                           THEN NULL ELSE e.embedding_model END
 WHERE EXCLUDED.updated_at > e.updated_at OR EXCLUDED.created_at < e.created_at OR EXCLUDED.version <> e.version
    OR (EXCLUDED.has_pii AND NOT e.has_pii);
 

@@ -1,9 +1,12 @@
 -- name: insert_llm_call
 INSERT INTO llm_calls (run_id, asset, partition_key, session_id, purpose, backend, model, prompt_version,
-                       input_tokens, output_tokens, tokens_estimated, latency_ms, attempts, status, error)
+                       input_tokens, output_tokens, tokens_estimated, latency_ms, attempts, status, error, cost_usd)
 VALUES (%(run_id)s, %(asset)s, %(partition_key)s, %(session_id)s, %(purpose)s, %(backend)s, %(model)s,
         %(prompt_version)s, %(input_tokens)s, %(output_tokens)s, %(tokens_estimated)s, %(latency_ms)s,
-        %(attempts)s, %(status)s, %(error)s);
+        %(attempts)s, %(status)s, %(error)s, %(cost_usd)s);
+
+-- name: run_tokens_spent
+SELECT coalesce(sum(input_tokens + output_tokens), 0)::bigint FROM llm_calls WHERE run_id = %(run_id)s;
 
 -- name: messages_in_window
 -- Messages of non-temp sessions sent in [start, end), by session and seq.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+import numpy as np
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +14,7 @@ from assets.definitions import all_assets
 from assets.resources import EmbedderResource
 from assets.search_assets import memory_embeddings
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
+from memory_pipelines.db.queries import query
 from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.embeddings import index_name
 from memory_pipelines.search import (
@@ -181,3 +183,21 @@ def test_switching_embedding_models_reembeds_and_never_mixes_dimensions(database
                                      resources={**resources, "embedder": small})
     [materialization] = again.asset_materializations_for_node("memory_embeddings")
     assert materialization.metadata["chunks_embedded"].value == 0
+
+
+def test_every_stored_embedding_describes_the_rows_current_text(conn):
+    """A fact whose value changed, or an entry whose content changed, is embedded again:
+    no vector may describe text the row no longer holds (bob's port went 8080 -> 9090)."""
+    checked = 0
+    for name in ("facts_needing_embedding", "entries_needing_embedding"):
+        table = "memory_facts" if name.startswith("facts") else "knowledge_entries"
+        # the same text the embedder was given, for every embedded row of this model
+        rows = conn.execute(query(name).replace("(embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s)",
+                                                "embedding_model = %(model)s"),
+                            {"model": EMBEDDER.model_id, "after": 0, "limit": 100_000}).fetchall()
+        stored = dict(conn.execute(f"SELECT id, embedding FROM {table} WHERE embedding_model = %s",
+                                   (EMBEDDER.model_id,)).fetchall())
+        for (row_id, text), vector in zip(rows, EMBEDDER.embed([t for _, t in rows])):
+            assert np.allclose(stored[row_id].to_numpy(), vector, atol=1e-5), (table, row_id, text)
+            checked += 1
+    assert checked > 50
