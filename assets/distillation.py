@@ -117,10 +117,12 @@ def session_summaries(
             report.preview, ["session", "version", "day", "step", "cursor_seq", "current"])),
     }
     if report.failures:
-        # Progress up to the failed chunk is saved; the next run resumes from the cursor.
+        # Progress up to the failed chunk is saved; the next run resumes from the cursor. A
+        # spent token budget stays spent for this run: retrying the step cannot help.
         raise dg.Failure(
             description=f"{len(report.failures)} session(s) stopped at a failed model call: {report.failures[0]}",
             metadata={**metadata, "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in report.failures))},
+            allow_retries=not all(BUDGET_REACHED in f for f in report.failures),
         )
     context.log.info("%s: %d sessions, %d versions built, %d reused, %d model calls", partition_label(context),
                      counts["sessions"], built, counts["versions_reused"], len(report.calls))

@@ -36,6 +36,7 @@ from memory_pipelines.reporting import markdown_table
     ],
     partitions_def=daily_partitions,
     backfill_policy=DAILY_ASSET["backfill_policy"],
+    retry_policy=DAILY_ASSET["retry_policy"],
 )
 def knowledge_entries(
     context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource, lifecycle: LifecycleSettings,

@@ -101,6 +101,7 @@ def test_a_token_budget_stops_each_run_cleanly_and_the_next_runs_finish_the_work
         if not result.success:
             [failure] = [e for e in result.all_events if e.is_step_failure]
             assert "token budget reached" in failure.step_failure_data.user_failure_data.description
+            assert not any(e.event_type_value == "STEP_RESTARTED" for e in result.all_events)  # no retry
     stopped = 0
     for result in results:
         calls = rows(limited, "SELECT input_tokens + output_tokens, status, error FROM llm_calls WHERE run_id = %s "

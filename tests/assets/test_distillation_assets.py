@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from assets.distillation import conversation_segments, session_summaries
+from assets.partitions import TRANSIENT_RETRIES
 from assets.resources import ModelResource
 from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
@@ -103,22 +104,68 @@ def test_summary_calls_go_to_the_configured_server_one_per_chunk(database_url, s
     assert one(database_url, "SELECT count(*) FROM llm_calls WHERE purpose = 'judge_segments' AND backend = 'rules'") > 0
 
 
+def fail_third_chunk(server: FakeModelServer, fault: Fault, *, every_attempt: bool):
+    """The third summary call fails; with `every_attempt`, so does every later call that
+    sends the same chunk (a fault that outlasts the step's retries)."""
+    failing: list[str] = []
+
+    def fail(request, number):
+        if request.purpose != "summarize":
+            return None
+        if not failing and sum(1 for r in server.requests if r.purpose == "summarize") == 3:
+            failing.append(request.user)
+            return fault
+        return fault if every_attempt and failing and request.user == failing[0] else None
+
+    return fail
+
+
+def undisturbed_fingerprints(make_database, folder) -> dict:
+    clean = make_database()
+    quiet = FakeModelServer()
+    try:
+        materialize_partitions(PIPELINE, DAYS, clean, folder, resources=pipeline_resources(
+            clean, folder, llm=ollama(quiet), chunk_chars=6000))
+    finally:
+        quiet.close()
+    return content_fingerprints(clean)
+
+
+def test_a_transient_model_failure_is_retried_within_the_run(make_database, server, tmp_path):
+    folder = tmp_path / "t"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "dmitri", folder)
+    url = make_database()
+    server.fail = fail_third_chunk(server, Fault(status=500), every_attempt=False)
+    resources = pipeline_resources(url, folder, llm=ollama(server), chunk_chars=6000)
+    results = materialize_partitions(PIPELINE, DAYS, url, folder, resources=resources)
+    assert all(r.success for r in results)
+    retried = [r for r in results if any(e.event_type_value == "STEP_RESTARTED" for e in r.all_events)]
+    assert len(retried) == 1
+    texts = [r.user for r in server.by_purpose("summarize")]
+    # the failed chunk was sent again by the retry; every other chunk exactly once
+    assert len(texts) == len(set(texts)) + 1 and texts.count(texts[2]) == 2
+    assert content_fingerprints(url) == undisturbed_fingerprints(make_database, folder)
+
+
 @pytest.mark.parametrize("fault", [Fault(status=500), Fault(delay_s=6.0), Fault(garbage=True)],
                          ids=["5xx", "timeout", "unparsable"])
 def test_a_failed_chunk_stops_the_session_and_the_next_run_resumes_without_rebilling(
         make_database, server, tmp_path, fault):
     folder = tmp_path / "t"
     shutil.copytree(SAMPLE_TRANSCRIPTS / "dmitri", folder)
-    # small chunks: the long session needs several calls; the third summary call fails
+    # small chunks: the long session needs several calls; the third summary call fails on
+    # every attempt the step's retry policy makes
     url = make_database()
-    server.fail = lambda request, number: fault if request.purpose == "summarize" and sum(
-        1 for r in server.requests if r.purpose == "summarize") == 3 else None
+    server.fail = fail_third_chunk(server, fault, every_attempt=True)
     resources = pipeline_resources(url, folder, llm=ollama(server, timeout_s=3.0), chunk_chars=6000)
     results = materialize_partitions(PIPELINE, DAYS, url, folder, resources=resources, expect_success=False)
     failed = [r for r in results if not r.success]
     assert len(failed) == 1  # only the day that held the failed chunk
     failed_day = DAYS[results.index(failed[0])]
-    [error] = rows(url, "SELECT session_id, partition_key, status FROM llm_calls WHERE status <> 'ok'")
+    attempts = TRANSIENT_RETRIES.max_retries + 1
+    errors = rows(url, "SELECT DISTINCT session_id, partition_key, status FROM llm_calls WHERE status <> 'ok'")
+    assert one(url, "SELECT count(*) FROM llm_calls WHERE status <> 'ok'") == attempts
+    [error] = errors
     assert error[1] == failed_day and error[2] == ("unparsable" if fault.garbage else "error")
     session = error[0]
     saved = rows(url, "SELECT cursor_seq FROM session_summaries WHERE session_id = %s", (session,))
@@ -130,21 +177,14 @@ def test_a_failed_chunk_stops_the_session_and_the_next_run_resumes_without_rebil
     materialize_partitions(PIPELINE, DAYS, url, folder, resources=resources)
     texts = [r.user for r in server.by_purpose("summarize")]
     failed_text = texts[2]
-    # nothing billed twice: every chunk sent once, except the failed one, sent again once
-    assert len(texts) == len(set(texts)) + 1 and texts.count(failed_text) == 2
+    # nothing billed twice: every chunk sent once, except the failed one, sent once more
+    # per failed attempt
+    assert len(texts) == len(set(texts)) + attempts and texts.count(failed_text) == attempts + 1
     assert len(texts) == sent_before + one(url, "SELECT count(*) FROM session_summary_versions WHERE kind = 'chunk'") \
-        - (sent_before - 1)
+        - (sent_before - attempts)
     assert one(url, "SELECT cursor_seq FROM session_summaries WHERE session_id = %s", (session,)) is not None
-
     # the recovered tables equal an undisturbed run's
-    clean = make_database()
-    quiet = FakeModelServer()
-    try:
-        materialize_partitions(PIPELINE, DAYS, clean, folder, resources=pipeline_resources(
-            clean, folder, llm=ollama(quiet), chunk_chars=6000))
-    finally:
-        quiet.close()
-    assert content_fingerprints(url) == content_fingerprints(clean)
+    assert content_fingerprints(url) == undisturbed_fingerprints(make_database, folder)
 
 
 def test_a_summary_without_cursor_only_gets_its_cursor(database_url, server, tmp_path):
