@@ -32,7 +32,7 @@ CHUNK_CHECKS = [
 
 def check_result(name: str, frame, specs) -> dg.AssetCheckResult:
     """A great-expectations run as an asset check result with a readable summary."""
-    outcome = validate_frame(name, frame, specs)
+    outcome = validate_frame(name, frame, specs, ("id",))  # facts and chunks are named by id
     return dg.AssetCheckResult(
         check_name=name, passed=outcome.passed,
         severity=dg.AssetCheckSeverity.ERROR,
