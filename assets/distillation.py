@@ -1,8 +1,11 @@
 """Assets `conversation_segments` and `session_summaries`: filtered segments, then rolling
 summaries with cursors."""
 
+from collections.abc import Iterator
+
 import dagster as dg
 
+from assets.checks import partition_scope, quality_check_results, quality_check_specs
 from assets.partitions import DAILY_ASSET
 from assets.resources import ModelResource, PostgresResource, SummarySettings
 from assets.transcripts import partition_label
@@ -31,6 +34,7 @@ def call_metadata(report: StageReport) -> dict:
 @dg.asset(
     **DAILY_ASSET,
     deps=["transcripts"],
+    check_specs=quality_check_specs("conversation_segments"),
     group_name="distillation",
     kinds={"postgres"},
     tags={"stage": "filter"},
@@ -44,7 +48,7 @@ def call_metadata(report: StageReport) -> dict:
 )
 def conversation_segments(
     context: dg.AssetExecutionContext, postgres: PostgresResource, decision: ModelResource
-) -> dg.MaterializeResult:
+) -> Iterator:
     keys = context.partition_keys
     pool = get_pool(postgres.url())
     with decision.backend_for_run(pool, context.run_id) as judge:
@@ -55,7 +59,7 @@ def conversation_segments(
     counts = report.counts
     context.log.info("%s: %d segments judged (%d dropped), %d unchanged, %d model calls", partition_label(context),
                      counts["segments_judged"], counts["segments_dropped"], counts["segments_reused"], len(report.calls))
-    return dg.MaterializeResult(metadata={
+    yield dg.MaterializeResult(metadata={
         "partitions": partition_label(context),
         "sessions": counts["sessions"],
         "segments_judged": counts["segments_judged"],
@@ -67,6 +71,7 @@ def conversation_segments(
         "preview": dg.MetadataValue.md(markdown_table(
             report.preview, ["segment", "messages", "dropped", "reason", "confidence", "first"])),
     })
+    yield from quality_check_results(postgres, partition_scope(context), "conversation_segments")
 
 
 @dg.asset(
@@ -76,6 +81,7 @@ def conversation_segments(
         dg.AssetDep("session_summaries",
                     partition_mapping=dg.TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)),
     ],
+    check_specs=quality_check_specs("session_summaries"),
     group_name="distillation",
     kinds={"postgres"},
     tags={"stage": "summarize"},
@@ -91,7 +97,7 @@ def conversation_segments(
 def session_summaries(
     context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource, decision: ModelResource,
     summary_settings: SummarySettings,
-) -> dg.MaterializeResult:
+) -> Iterator:
     keys = context.partition_keys
     pool = get_pool(postgres.url())
     with llm.backend_for_run(pool, context.run_id) as summarizer, \
@@ -126,4 +132,5 @@ def session_summaries(
         )
     context.log.info("%s: %d sessions, %d versions built, %d reused, %d model calls", partition_label(context),
                      counts["sessions"], built, counts["versions_reused"], len(report.calls))
-    return dg.MaterializeResult(metadata=metadata)
+    yield dg.MaterializeResult(metadata=metadata)
+    yield from quality_check_results(postgres, partition_scope(context), "session_summaries")

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import dagster as dg
 
+from assets.checks import partition_scope, quality_check_results, quality_check_specs
 from assets.distillation import call_metadata
 from assets.partitions import DAILY_ASSET, daily_partitions
 from assets.resources import LifecycleSettings, ModelResource, PostgresResource
@@ -34,13 +35,14 @@ from memory_pipelines.reporting import markdown_table
                          "entries and carrying the same lineage; a newer contradicting triple closes the "
                          "validity of the older one instead of deleting it.")),
     ],
+    check_specs=quality_check_specs("knowledge_entries", "entity_graph"),
     partitions_def=daily_partitions,
     backfill_policy=DAILY_ASSET["backfill_policy"],
     retry_policy=DAILY_ASSET["retry_policy"],
 )
 def knowledge_entries(
     context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource, lifecycle: LifecycleSettings,
-) -> Iterator[dg.MaterializeResult]:
+) -> Iterator:
     settings = KnowledgeSettings(lifecycle.sanitize_pii, lifecycle.entry_ttl_seconds, lifecycle.consent_basis)
     pool = get_pool(postgres.url())
     with llm.backend_for_run(pool, context.run_id) as synthesizer:
@@ -65,11 +67,13 @@ def knowledge_entries(
     })
     yield dg.MaterializeResult(asset_key="entity_graph", metadata={
         "partitions": partition_label(context), "relations": counts["relations"]})
+    yield from quality_check_results(postgres, partition_scope(context), "knowledge_entries", "entity_graph")
 
 
 @dg.asset(
     **DAILY_ASSET,
     deps=["transcripts"],
+    check_specs=quality_check_specs("error_memory"),
     group_name="knowledge",
     kinds={"postgres"},
     tags={"stage": "errors"},
@@ -78,19 +82,21 @@ def knowledge_entries(
         "same tool gives (tool, error, fix). 90-day TTL from when it was seen, renewed whenever a search hits it."
     ),
 )
-def error_memory(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
+def error_memory(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
     report = collect_error_memory(get_pool(postgres.url()), context.partition_keys,
                                   CallContext(context.run_id, "error_memory"))
     context.log.info("%s: %d resolved errors", partition_label(context), report.counts["resolved_errors"])
-    return dg.MaterializeResult(metadata={
+    yield dg.MaterializeResult(metadata={
         "partitions": partition_label(context), "resolved_errors": report.counts["resolved_errors"],
         "preview": dg.MetadataValue.md(markdown_table(report.preview, ["session", "tool", "error", "fix"])),
     })
+    yield from quality_check_results(postgres, partition_scope(context), "error_memory")
 
 
 @dg.asset(
     **DAILY_ASSET,
     deps=["knowledge_entries", "memory_facts", "error_memory", "memory_embeddings"],
+    check_specs=quality_check_specs("memory_decay"),
     group_name="knowledge",
     kinds={"postgres"},
     tags={"stage": "decay"},
@@ -103,7 +109,7 @@ def error_memory(context: dg.AssetExecutionContext, postgres: PostgresResource) 
 )
 def memory_decay(
     context: dg.AssetExecutionContext, postgres: PostgresResource, lifecycle: LifecycleSettings,
-) -> dg.MaterializeResult:
+) -> Iterator:
     reports = []
     with get_pool(postgres.url()).connection() as conn:
         for key in context.partition_keys:  # each day as of its own end, in order
@@ -115,9 +121,10 @@ def memory_decay(
     archived = sum((r.archived for r in reports), start=Counter())
     last = reports[-1]
     context.log.info("%s: archived %s", partition_label(context), dict(archived))
-    return dg.MaterializeResult(metadata={
+    yield dg.MaterializeResult(metadata={
         "partitions": partition_label(context),
         "archived_by_reason": {k: v for k, v in sorted(archived.items()) if v},
         "archived": sum(archived.values()),
         "score_distribution": last.distribution(),
     })
+    yield from quality_check_results(postgres, partition_scope(context), "memory_decay")

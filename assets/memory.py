@@ -5,46 +5,19 @@ from datetime import timedelta
 
 import dagster as dg
 
+from assets.checks import partition_scope, quality_check_results, quality_check_specs
 from assets.distillation import call_metadata
 from assets.partitions import DAILY_ASSET
 from assets.resources import MemorySettings, ModelResource, PostgresResource
 from assets.transcripts import partition_label
-from memory_pipelines import checks
-from memory_pipelines.db import repository
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.distill import CallContext, extract_facts_for_days, pack_chunks_for_days
-from memory_pipelines.quality import validate_frame
 from memory_pipelines.reporting import markdown_table
-
-FACT_CHECKS = [
-    dg.AssetCheckSpec("facts_unique_visible", asset="memory_facts", blocking=True,
-                      description="No two visible facts of a user share (category, key)."),
-    dg.AssetCheckSpec("facts_valid", asset="memory_facts", blocking=True,
-                      description="Confidence in 0..100, every merged_into points at a visible row of the same "
-                                  "user, seq spans ordered, facts belong to their session's user, lineage present."),
-]
-CHUNK_CHECKS = [
-    dg.AssetCheckSpec("chunks_valid", asset="memory_chunks",
-                      description="No chunk over the size cap, seq spans within their session, the session's "
-                                  "user, lineage present."),
-]
-
-
-def check_result(name: str, frame, specs) -> dg.AssetCheckResult:
-    """A great-expectations run as an asset check result with a readable summary."""
-    outcome = validate_frame(name, frame, specs)
-    return dg.AssetCheckResult(
-        check_name=name, passed=outcome.passed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"summary": outcome.summary, "rows_checked": outcome.rows,
-                  "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in outcome.failures) or "none")},
-    )
-
 
 @dg.asset(
     **DAILY_ASSET,
     deps=["transcripts", "conversation_segments"],
-    check_specs=FACT_CHECKS,
+    check_specs=quality_check_specs("memory_facts"),
     group_name="memory",
     kinds={"postgres"},
     tags={"stage": "extract"},
@@ -85,17 +58,14 @@ def memory_facts(
         "preview": dg.MetadataValue.md(markdown_table(
             report.preview, ["session", "category", "key", "value", "source", "confidence"])),
     })
-    with pool.connection() as conn:
-        frame = repository.fact_check_frame(conn, sorted(report.users))
-    yield check_result("facts_unique_visible", frame[frame["visible"]] if not frame.empty else frame,
-                       checks.FACTS_UNIQUE)
-    yield check_result("facts_valid", frame, checks.FACTS_VALID)
+    yield from quality_check_results(postgres, partition_scope(context, user_ids=sorted(report.users)),
+                                     "memory_facts")
 
 
 @dg.asset(
     **DAILY_ASSET,
     deps=["transcripts", "session_summaries"],
-    check_specs=CHUNK_CHECKS,
+    check_specs=quality_check_specs("memory_chunks"),
     group_name="memory",
     kinds={"postgres"},
     tags={"stage": "chunk"},
@@ -125,6 +95,5 @@ def memory_chunks(
         "preview": dg.MetadataValue.md(markdown_table(
             report.preview, ["session", "seqs", "chars", "breadcrumbs", "content"])),
     })
-    with pool.connection() as conn:
-        frame = repository.chunk_check_frame(conn, sorted(report.sessions), checks.CHUNK_MAX, checks.CHUNK_SINGLE_MAX)
-    yield check_result("chunks_valid", frame, checks.CHUNKS_VALID)
+    yield from quality_check_results(postgres, partition_scope(context, session_ids=sorted(report.sessions)),
+                                     "memory_chunks")

@@ -1,7 +1,10 @@
 """Assets `sketches` and `memory_embeddings`: what the query module reads besides facts and chunks."""
 
+from collections.abc import Iterator
+
 import dagster as dg
 
+from assets.checks import partition_scope, quality_check_results, quality_check_specs
 from assets.partitions import DAILY_ASSET
 from assets.resources import EmbedderResource, PostgresResource
 from assets.transcripts import partition_label
@@ -14,6 +17,7 @@ from memory_pipelines.reporting import markdown_table
 @dg.asset(
     **DAILY_ASSET,
     deps=["transcripts"],
+    check_specs=quality_check_specs("sketches"),
     group_name="memory",
     kinds={"postgres"},
     tags={"stage": "sketch"},
@@ -23,20 +27,22 @@ from memory_pipelines.reporting import markdown_table
         "writable through the query module (`memory_pipelines.search.write_sketch`)."
     ),
 )
-def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
+def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
     report = collect_sketches(get_pool(postgres.url()), context.partition_keys, CallContext(context.run_id, "sketches"))
     context.log.info("%s: %d scratchpad writes", partition_label(context), report.counts["sketch_writes"])
-    return dg.MaterializeResult(metadata={
+    yield dg.MaterializeResult(metadata={
         "partitions": partition_label(context),
         "sketch_writes": report.counts["sketch_writes"],
         "scratchpad_reads_skipped": report.counts["scratchpad_reads"],
         "preview": dg.MetadataValue.md(markdown_table(report.preview, ["session", "section", "key", "value", "scope"])),
     })
+    yield from quality_check_results(postgres, partition_scope(context), "sketches")
 
 
 @dg.asset(
     **DAILY_ASSET,
     deps=["memory_facts", "memory_chunks", "knowledge_entries"],
+    check_specs=quality_check_specs("memory_embeddings"),
     group_name="embeddings",
     kinds={"pgvector"},
     tags={"stage": "embed"},
@@ -49,17 +55,21 @@ def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> d
 )
 def memory_embeddings(
     context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
-) -> dg.MaterializeResult:
+) -> Iterator:
     with embedder.embedder_for_run() as model:
         report = embed_missing(get_pool(postgres.url()), model)
-        model_id = model.model_id
-    context.log.info("%s: embedded %s with %s", partition_label(context), dict(report.embedded), model_id)
-    return dg.MaterializeResult(metadata={
+        model_id, dimension = model.model_id, model.dimension
+    embedded = {table: len(ids) for table, ids in report.embedded_ids.items()}
+    context.log.info("%s: embedded %s with %s", partition_label(context), embedded, model_id)
+    yield dg.MaterializeResult(metadata={
         "partitions": partition_label(context),
         "model": model_id,
-        "facts_embedded": report.embedded["memory_facts"],
-        "chunks_embedded": report.embedded["memory_chunks"],
-        "entries_embedded": report.embedded["knowledge_entries"],
+        "facts_embedded": embedded["memory_facts"],
+        "chunks_embedded": embedded["memory_chunks"],
+        "entries_embedded": embedded["knowledge_entries"],
         "indexes_built": report.indexes_built,
         "indexes_dropped": report.indexes_dropped,
     })
+    # the id lists bind by table name: the rows this run embedded are checked whatever their partition
+    scope = partition_scope(context, model=model_id, dimension=dimension, **report.embedded_ids)
+    yield from quality_check_results(postgres, scope, "memory_embeddings")

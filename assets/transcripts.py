@@ -1,11 +1,13 @@
 """Asset `transcripts`: the message archive (`messages`, `sessions`, `quarantine`)."""
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
 import dagster as dg
 
+from assets.checks import partition_scope, quality_check_results, quality_check_specs
 from assets.partitions import DAILY_ASSET
 from assets.resources import PostgresResource, TranscriptSource
 from memory_pipelines.db import repository
@@ -22,6 +24,7 @@ def partition_label(context: dg.AssetExecutionContext) -> str:
 
 @dg.asset(
     **DAILY_ASSET,
+    check_specs=quality_check_specs("transcripts"),
     group_name="ingestion",
     kinds={"duckdb", "postgres"},
     tags={"stage": "ingest"},
@@ -35,7 +38,7 @@ def partition_label(context: dg.AssetExecutionContext) -> str:
 )
 def transcripts(
     context: dg.AssetExecutionContext, postgres: PostgresResource, transcript_source: TranscriptSource
-) -> dg.MaterializeResult:
+) -> Iterator:
     bounds = context.partition_time_window
     window = TimeWindow(bounds.start, bounds.end)
     scan = scan_transcripts(
@@ -51,7 +54,8 @@ def transcripts(
         plan = plan_ingest(scan, stored, owners, forgotten)
         repository.insert_messages(conn, plan.new, context.run_id)
         repository.insert_quarantine(conn, plan.quarantined, label, context.run_id)
-        repository.refresh_sessions(conn, sorted({m.session_id for m in plan.new}))
+        written = sorted({m.session_id for m in plan.new})
+        repository.refresh_sessions(conn, written)
         totals = repository.row_counts(conn, repository.ARCHIVE_TABLES)
 
     reasons = Counter(str(r.reason) for r in plan.quarantined)
@@ -64,7 +68,7 @@ def transcripts(
          "content": m.content}
         for m in plan.new
     ]
-    return dg.MaterializeResult(
+    yield dg.MaterializeResult(
         metadata={
             "partition_window": f"{window.start.isoformat()} .. {window.end.isoformat()}",
             "files_scanned": scan.files,
@@ -74,7 +78,7 @@ def transcripts(
             "quarantined": len(plan.quarantined),
             "forgotten": plan.forgotten,
             "quarantined_by_reason": dict(sorted(reasons.items())),
-            "sessions_touched": len({m.session_id for m in plan.new}),
+            "sessions_touched": len(written),
             "table_rows": totals,
             "dagster/row_count": len(plan.new),
             "preview": dg.MetadataValue.md(
@@ -85,3 +89,5 @@ def transcripts(
             ),
         }
     )
+    yield from quality_check_results(postgres, partition_scope(context, session_ids=written, partition_label=label),
+                                     "transcripts")

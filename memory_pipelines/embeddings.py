@@ -5,7 +5,6 @@ after the load."""
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +23,8 @@ PAGE_ROWS = 512
 
 @dataclass
 class EmbeddingReport:
-    embedded: Counter = field(default_factory=Counter)
+    # table -> ids of the rows embedded (every table of EMBEDDED_TABLES, possibly empty)
+    embedded_ids: dict[str, list[int]] = field(default_factory=lambda: {table: [] for table in EMBEDDED_TABLES})
     indexes_built: list[str] = field(default_factory=list)
     indexes_dropped: list[str] = field(default_factory=list)
 
@@ -74,7 +74,7 @@ def embed_missing(pool: ConnectionPool, embedder: Embedder, page_rows: int = PAG
             vectors = embedder.embed([text for _, text in rows])
             with pool.connection() as conn, conn.transaction():
                 _store(conn, table, [row_id for row_id, _ in rows], vectors, embedder.model_id)
-            report.embedded[table] += len(rows)
+            report.embedded_ids[table].extend(row_id for row_id, _ in rows)
             after = rows[-1][0]
         with pool.connection() as conn, conn.transaction():
             _ensure_index(conn, table, embedder, report)

@@ -3,21 +3,28 @@
 Expectations are plain tuples so that stages can declare them without importing
 great-expectations (a 3-second import, paid once per process when a check first runs):
 
-    ("not_null", column) · ("between", column, low, high) · ("true", column)
-    · ("unique", (column, ...))
+    ("not_null", column) · ("between", column, low, high) (high None: no upper bound)
+    · ("true", column) · ("in_set", column, values) · ("equal", column, other_column)
+    · ("unique", (column, ...)) · ("json_schema", column, schema) (the column holds JSON text)
 """
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema
 import pandas as pd
 
 _context_lock = threading.Lock()
 _context = None
+_batch_definitions: dict = {}
+EXAMPLES = 3  # failing rows named in a summary, per expectation
+EXAMPLE_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,9 @@ class QualityResult:
     failures: tuple[str, ...]
 
 
-def _gx_context():
+def _batch_definition(name: str):
+    """The whole-dataframe batch definition of one check, registered once per process (every
+    registration rewrites the context's configuration)."""
     global _context
     with _context_lock:
         if _context is None:
@@ -37,7 +46,11 @@ def _gx_context():
 
             _context = gx.get_context(mode="ephemeral")
             _context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        return _context
+            _context.data_sources.add_pandas("memory_pipelines")
+        if name not in _batch_definitions:
+            source = _context.data_sources.get("memory_pipelines")
+            _batch_definitions[name] = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("all")
+        return _batch_definitions[name]
 
 
 def _expectation(spec: tuple, index: int):
@@ -52,8 +65,16 @@ def _expectation(spec: tuple, index: int):
                                                              meta=meta)
     if kind == "true":
         return gx.expectations.ExpectColumnValuesToBeInSet(column=args[0], value_set=[True], meta=meta)
+    if kind == "in_set":
+        return gx.expectations.ExpectColumnValuesToBeInSet(column=args[0], value_set=list(args[1]), meta=meta)
+    if kind == "equal":
+        return gx.expectations.ExpectColumnPairValuesToBeEqual(column_A=args[0], column_B=args[1], meta=meta)
+    if kind == "unique" and len(args[0]) == 1:  # the compound expectation wants two columns or more
+        return gx.expectations.ExpectColumnValuesToBeUnique(column=args[0][0], meta=meta)
     if kind == "unique":
         return gx.expectations.ExpectCompoundColumnsToBeUnique(column_list=list(args[0]), meta=meta)
+    if kind == "json_schema":
+        return gx.expectations.ExpectColumnValuesToMatchJsonSchema(column=args[0], json_schema=args[1], meta=meta)
     raise ValueError(f"unknown expectation {kind!r}")
 
 
@@ -61,42 +82,63 @@ def describe(spec: tuple) -> str:
     kind, *args = spec
     return {
         "not_null": lambda: f"{args[0]} is never null",
-        "between": lambda: f"{args[0]} between {args[1]} and {args[2]}",
+        "between": lambda: (f"{args[0]} >= {args[1]}" if args[2] is None
+                            else f"{args[0]} between {args[1]} and {args[2]}"),
         "true": lambda: f"{args[0]} holds",
+        "in_set": lambda: f"{args[0]} in {{{', '.join(map(str, args[1]))}}}",
+        "equal": lambda: f"{args[0]} equals {args[1]}",
         "unique": lambda: f"({', '.join(args[0])}) is unique",
+        "json_schema": lambda: f"{args[0]} has the expected JSON shape",
     }[kind]()
 
 
-def validate_frame(name: str, frame: pd.DataFrame, specs: Sequence[tuple]) -> QualityResult:
-    """Run the expectations over `frame` (the rows in scope of one check)."""
-    if frame.empty:
-        return QualityResult(True, 0, f"{name}: no rows in scope", ())
+def _plain(value: Any) -> Any:
+    """numpy scalars and NaN as the Python values a reader expects."""
+    value = value.item() if hasattr(value, "item") else value
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _example(spec: tuple, row: dict, key: Sequence[str]) -> str:
+    """One failing row: its key, then what failed (for a JSON shape, why)."""
+    label = "/".join(str(_plain(row[k])) for k in key)
+    if spec[0] == "json_schema":
+        error = next(iter(jsonschema.Draft202012Validator(spec[2]).iter_errors(json.loads(row[spec[1]]))), None)
+        detail = error.message if error is not None else ""
+    elif spec[0] == "true":  # the description already says which column is false
+        detail = ""
+    else:
+        detail = ", ".join(f"{k}={_plain(v)!r}" for k, v in row.items() if k not in key)
+    detail = detail if len(detail) <= EXAMPLE_CHARS else detail[:EXAMPLE_CHARS - 1] + "…"
+    return f"{label} ({detail})" if detail else label
+
+
+def _results(batch, name: str, specs: dict[int, tuple], result_format) -> dict[int, Any]:
     import great_expectations as gx
 
-    context = _gx_context()
-    with _context_lock:
-        source = context.data_sources.add_or_update_pandas("memory_pipelines")
-        try:
-            asset = source.get_asset(name)
-        except LookupError:
-            asset = source.add_dataframe_asset(name)
-        try:
-            batch_definition = asset.get_batch_definition("all")
-        except (KeyError, LookupError):
-            batch_definition = asset.add_batch_definition_whole_dataframe("all")
-    suite = gx.ExpectationSuite(name=name, expectations=[_expectation(s, i) for i, s in enumerate(specs)])
-    outcome = batch_definition.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
-    by_index = {r.expectation_config.meta["index"]: r for r in outcome.results}
+    suite = gx.ExpectationSuite(name=name, expectations=[_expectation(s, i) for i, s in specs.items()])
+    return {r.expectation_config.meta["index"]: r for r in batch.validate(suite, result_format=result_format).results}
+
+
+def validate_frame(name: str, frame: pd.DataFrame, specs: Sequence[tuple], key: Sequence[str]) -> QualityResult:
+    """Run the expectations over `frame` (the rows in scope of one check); `key` names the
+    columns that identify a row in the summary's examples."""
+    if frame.empty:
+        return QualityResult(True, 0, f"{name}: no rows in scope", ())
+    batch = _batch_definition(name).get_batch(batch_parameters={"dataframe": frame})
+    # pass or fail first, at half the cost; only failed expectations run again to name their rows
+    verdicts = _results(batch, name, dict(enumerate(specs)), "BOOLEAN_ONLY")
+    failed = {index: spec for index, spec in enumerate(specs) if not verdicts[index].success}
+    details = _results(batch, name, failed, {"result_format": "SUMMARY",
+                                             "unexpected_index_column_names": list(key)}) if failed else {}
     failures = []
-    for index, spec in enumerate(specs):
-        result = by_index[index]
-        if not result.success:
-            detail: Any = result.result.get("unexpected_count")
-            sample = result.result.get("partial_unexpected_list") or []
-            error = (result.exception_info or {}).get("exception_message")
-            failures.append(f"{describe(spec)}: " + (f"error {error}" if error else
-                                                     f"{detail} of {len(frame)} rows fail, e.g. {sample[:3]}"))
-    passed = len(specs) - len(failures)
-    summary = f"{name}: {passed}/{len(specs)} expectations met over {len(frame)} rows" + (
+    for index, spec in failed.items():
+        result = details[index]
+        error = (result.exception_info or {}).get("exception_message")
+        examples = [_example(spec, row, key) for row in (result.result.get("partial_unexpected_index_list")
+                                                         or [])[:EXAMPLES]]
+        failures.append(f"{describe(spec)}: " + (
+            f"error {error}" if error else
+            f"{result.result.get('unexpected_count')} of {len(frame)} rows fail, e.g. {'; '.join(examples)}"))
+    summary = f"{name}: {len(specs) - len(failures)}/{len(specs)} expectations met over {len(frame)} rows" + (
         "" if not failures else "; " + "; ".join(failures))
     return QualityResult(not failures, len(frame), summary, tuple(failures))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -365,16 +365,10 @@ def insert_chunks(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
 
 # --- data-quality scopes -----------------------------------------------------------------
 
-def fact_check_frame(conn: psycopg.Connection, user_ids: Sequence[str]) -> pd.DataFrame:
+def check_frame(conn: psycopg.Connection, rows_query: str, params: Mapping) -> pd.DataFrame:
+    """The rows in scope of a data-quality check (a named query of sql/queries/checks.sql)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return pd.DataFrame(cur.execute(query("fact_check_rows"), {"user_ids": list(user_ids)}).fetchall())
-
-
-def chunk_check_frame(conn: psycopg.Connection, session_ids: Sequence[str], max_chars: int,
-                      max_single: int) -> pd.DataFrame:
-    with conn.cursor(row_factory=dict_row) as cur:
-        return pd.DataFrame(cur.execute(query("chunk_check_rows"), {
-            "session_ids": list(session_ids), "max_chars": max_chars, "max_single": max_single}).fetchall())
+        return pd.DataFrame(cur.execute(query(rows_query), params).fetchall())
 
 
 # --- knowledge ---------------------------------------------------------------------------

@@ -142,26 +142,3 @@ VALUES (%(user_id)s, %(session_id)s, %(start_seq)s, %(end_seq)s, %(started_at)s,
     %(content_hash)s, %(breadcrumbs)s, %(message_count)s, %(summary_version)s, %(partition_key)s, %(run_id)s,
     %(model)s, %(prompt_version)s)
 ON CONFLICT (session_id, content_hash) DO NOTHING;
-
--- name: fact_check_rows
--- The facts of the users a run wrote, with what the checks assert computed per row.
-SELECT f.id, f.user_id, f.category, f.key, f.confidence, f.session_id, f.seq_start, f.seq_end, f.run_id,
-       f.model, f.prompt_version, f.merged_into IS NULL AS visible,
-       (f.merged_into IS NULL OR EXISTS (
-            SELECT 1 FROM memory_facts t WHERE t.id = f.merged_into AND t.merged_into IS NULL
-                                           AND t.user_id = f.user_id)) AS merge_target_visible,
-       f.seq_end >= f.seq_start AS span_ordered,
-       EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = f.session_id AND s.user_id = f.user_id) AS same_user
-FROM memory_facts f
-WHERE f.user_id = ANY(%(user_ids)s);
-
--- name: chunk_check_rows
-SELECT c.id, c.session_id, c.run_id, c.model, c.prompt_version, c.content_hash,
-       (length(c.content) <= %(max_chars)s
-        OR (c.message_count = 1 AND length(c.content) <= %(max_single)s)) AS within_cap,
-       (c.start_seq >= b.first_seq AND c.end_seq <= b.last_seq AND c.start_seq <= c.end_seq) AS span_in_session,
-       c.user_id = b.user_id AS same_user
-FROM memory_chunks c
-JOIN (SELECT session_id, min(seq) AS first_seq, max(seq) AS last_seq, min(user_id) AS user_id
-      FROM messages WHERE session_id = ANY(%(session_ids)s) GROUP BY session_id) b USING (session_id)
-WHERE c.session_id = ANY(%(session_ids)s);
