@@ -2,27 +2,61 @@
 
 import logging
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import dagster as dg
+import psycopg
+from psycopg import sql
 
 from assets.partitions import daily_partitions
+from memory_pipelines.db.queries import query
+
+DAGSTER_SCHEMA = "dagster"
 
 INSTANCE_TEMPLATE = Path(__file__).with_name("dagster_instance.yaml")
 
 
-def ensure_dagster_home(home: Path) -> Path:
-    """DAGSTER_HOME (default: MEMORY_HOME/dagster) with an instance config that has telemetry off."""
+MANAGED_MARK = "# Managed by memory-pipelines"
+STORAGE_URL_VAR = "MEMORY_DAGSTER_STORAGE_URL"
+# Run, event and schedule storage on the pipeline's own PostgreSQL; the URL comes from the
+# environment so that no password is written to disk.
+POSTGRES_STORAGE = f"""
+storage:
+  postgres:
+    postgres_url:
+      env: {STORAGE_URL_VAR}
+"""
+
+
+def dagster_storage_url(database_url: str) -> str:
+    """The pipeline's database URL with Dagster's tables kept in their own schema."""
+    parts = urlsplit(database_url)
+    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme  # SQLAlchemy's name
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    options = " ".join([v for k, v in params if k == "options"] + [f"-csearch_path={DAGSTER_SCHEMA}"])
+    query = urlencode([(k, v) for k, v in params if k != "options"] + [("options", options)])
+    return urlunsplit(parts._replace(scheme=scheme, query=query))
+
+
+def ensure_dagster_home(home: Path, database_url: str | None = None) -> Path:
+    """DAGSTER_HOME (default: MEMORY_HOME/dagster) with an instance config that has telemetry
+    off and, when MEMORY_DATABASE_URL names a server, keeps Dagster's runs and events on it
+    (schema `dagster`). A dagster.yaml without our mark is the user's own and left alone."""
     dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
     dagster_home.mkdir(parents=True, exist_ok=True)
     config = dagster_home / "dagster.yaml"
-    if not config.exists():
-        shutil.copyfile(INSTANCE_TEMPLATE, config)
+    if not config.exists() or config.read_text(encoding="utf-8").startswith(MANAGED_MARK):
+        text = INSTANCE_TEMPLATE.read_text(encoding="utf-8")
+        config.write_text(text + POSTGRES_STORAGE if database_url else text, encoding="utf-8")
+    if database_url:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL(query("create_dagster_schema")).format(schema=sql.Identifier(DAGSTER_SCHEMA)))
+        os.environ[STORAGE_URL_VAR] = dagster_storage_url(database_url)
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     return dagster_home
 

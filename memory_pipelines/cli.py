@@ -65,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pool = get_pool(url)  # migrates before any run starts
     from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_partitions
 
-    ensure_dagster_home(settings.home)
+    ensure_dagster_home(settings.home, settings.database_url)
     try:
         keys = partition_keys_between(start.isoformat(), end.isoformat())
     except ValueError as exc:
@@ -145,7 +145,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     settings = _settings()
     _connect_url(settings)  # start the embedded server before Dagster's processes join it
-    ensure_dagster_home(settings.home)
+    ensure_dagster_home(settings.home, settings.database_url)
     command = [sys.executable, "-m", "dagster", "dev", *_workspace_args(), "-h", args.host, "-p", str(args.port)]
     # A shell that started us in the background leaves SIGINT ignored, and dagster dev maps
     # SIGTERM to SIGINT: restore the default in the child so both stop it.

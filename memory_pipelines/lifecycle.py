@@ -16,6 +16,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.knowledge import decay_score
 from memory_pipelines.pii import sanitize
@@ -97,17 +98,9 @@ def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id:
 
 def restore(conn: psycopg.Connection, archive_id: int) -> list[tuple[str, int]]:
     """Put an archived row back where it was (with the hidden fact rows archived with it)."""
-    entry = conn.execute(query("archive_entry"), {"id": archive_id}).fetchone()
-    if entry is None:
+    restored = repository.restore_archived(conn, archive_id)
+    if not restored:
         raise LookupError(f"no archived row {archive_id}")
-    restored = []
-    rows = [entry]
-    if entry[1] == "memory_facts":
-        rows += conn.execute(query("archive_followers"), {"source_id": entry[2]}).fetchall()
-    for row_id, table, source_id, data in rows:
-        conn.execute(sql.SQL(query("restore_row")).format(table=sql.Identifier(table)), {"row": Jsonb(data)})
-        conn.execute(query("delete_archive_row"), {"id": row_id})
-        restored.append((table, source_id))
     return restored
 
 

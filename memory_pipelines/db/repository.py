@@ -274,11 +274,37 @@ def lock_user(conn: psycopg.Connection, user_id: str) -> None:
     conn.execute(query("lock_user"), {"user_id": user_id})
 
 
+def restore_archived(conn: psycopg.Connection, archive_id: int) -> list[tuple[str, int]]:
+    """Move an archived row back to its table (a fact with the hidden rows archived with
+    it); returns (table, id) of each row restored, none when there is no such archive row."""
+    entry = conn.execute(query("archive_entry"), {"id": archive_id}).fetchone()
+    if entry is None:
+        return []
+    rows = [entry]
+    if entry[1] == "memory_facts":
+        rows += conn.execute(query("archive_followers"), {"source_id": entry[2]}).fetchall()
+    for row_id, table, source_id, data in rows:
+        conn.execute(sql.SQL(query("restore_row")).format(table=sql.Identifier(table)), {"row": Jsonb(data)})
+        conn.execute(query("delete_archive_row"), {"id": row_id})
+    return [(table, source_id) for _, table, source_id, _ in rows]
+
+
+def _restore_reobserved(conn: psycopg.Connection, listing: str, params: dict) -> None:
+    """Memory decay archived, observed again later: it comes back, and the upsert that
+    follows updates it in place. So the tables do not depend on whether decay ran between
+    the two observations (day by day) or after both (a range backfill)."""
+    for (archive_id,) in conn.execute(query(listing), params).fetchall():
+        restore_archived(conn, archive_id)
+
+
 def upsert_facts(conn: psycopg.Connection, user_id: str, candidates: Sequence[FactCandidate], lineage: dict) -> None:
     """Upsert by (user_id, category, key) under the event-time rule, then re-merge the
     families of keys the candidates touched. The user id is the session's, always."""
     if not candidates:
         return
+    for c in candidates:
+        _restore_reobserved(conn, "archived_facts_reobserved", {
+            "user_id": user_id, "category": c.category, "key": c.key, "observed_at": c.last_verified_at})
     with conn.cursor() as cur:
         cur.executemany(query("upsert_fact"), [
             {**asdict(c), "user_id": user_id, **lineage} for c in candidates])
@@ -385,6 +411,7 @@ def forge_knowledge(conn: psycopg.Connection, entries: Sequence[EntryCandidate],
     for e in entries:
         if conn.execute(query("archived_key_newer"), {"entry_key": e.key, "observed_at": e.observed_at}).fetchone()[0]:
             continue
+        _restore_reobserved(conn, "archived_entries_reobserved", {"entry_key": e.key, "observed_at": e.observed_at})
         row = {**asdict(e), "entry_key": e.key, "content_hash": e.content_hash, "tags": list(e.tags),
                "pii_kinds": list(e.pii_kinds), **lineage}
         conn.execute(query("upsert_knowledge_version"), row)

@@ -43,6 +43,26 @@ SELECT id, source_table, source_id, row_data FROM memory_archive WHERE id = %(id
 SELECT id, source_table, source_id, row_data FROM memory_archive
 WHERE source_table = 'memory_facts' AND reason = 'merged_with' AND (row_data ->> 'merged_into')::bigint = %(source_id)s;
 
+-- name: archived_facts_reobserved
+-- Archived copies of a fact observed again after it was last verified, with no live row
+-- in its place (followers come back with their survivor).
+SELECT a.id FROM memory_archive a
+WHERE a.source_table = 'memory_facts' AND a.reason <> 'merged_with' AND a.user_id = %(user_id)s
+  AND a.row_data ->> 'category' = %(category)s AND a.row_data ->> 'key' = %(key)s
+  AND (a.row_data ->> 'last_verified_at')::timestamptz < %(observed_at)s
+  AND NOT EXISTS (SELECT 1 FROM memory_facts f
+                  WHERE f.user_id = %(user_id)s AND f.category = %(category)s AND f.key = %(key)s)
+ORDER BY a.id;
+
+-- name: archived_entries_reobserved
+-- Archived copies of a knowledge entry observed again after its last update, with no live
+-- entry of that key.
+SELECT a.id FROM memory_archive a
+WHERE a.source_table = 'knowledge_entries' AND a.source_key = %(entry_key)s
+  AND (a.row_data ->> 'updated_at')::timestamptz < %(observed_at)s
+  AND NOT EXISTS (SELECT 1 FROM knowledge_entries e WHERE e.entry_key = %(entry_key)s)
+ORDER BY a.id;
+
 -- name: restore_row
 INSERT INTO {table} SELECT * FROM jsonb_populate_record(NULL::{table}, %(row)s);
 

@@ -20,3 +20,7 @@ SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = %(name)s);
 SELECT table_name FROM information_schema.tables
 WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' AND table_name <> 'schema_migrations'
 ORDER BY table_name;
+
+-- name: create_dagster_schema
+-- Where Dagster's run and event storage lives when it shares the pipeline's database.
+CREATE SCHEMA IF NOT EXISTS {schema};

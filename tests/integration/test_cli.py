@@ -41,6 +41,15 @@ def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
         stored = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     assert stored > 0
     assert "messages" in first.stdout and str(stored) in first.stdout
+    # with MEMORY_DATABASE_URL set, Dagster's runs and events live on that server, in their own schema
+    dagster_yaml = Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml"
+    assert "postgres_url" in dagster_yaml.read_text() and "MEMORY_DAGSTER_STORAGE_URL" in dagster_yaml.read_text()
+    with psycopg.connect(database_url) as conn:
+        days = first.stdout.count("] 2026-10-")
+        assert conn.execute("SELECT count(*) FROM dagster.runs WHERE status = 'SUCCESS'").fetchone()[0] == days > 0
+        assert conn.execute("SELECT count(*) FROM dagster.event_logs").fetchone()[0] > 0
+        assert conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public' "
+                            "AND table_name IN ('runs', 'event_logs')").fetchone()[0] == 0
     for stage in ("conversation_segments:", "session_summaries:"):
         assert stage in first.stdout
     before = table_fingerprints(database_url)
