@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -11,6 +13,15 @@ import psycopg
 from psycopg import sql
 
 from assets.resources import EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSource
+
+
+ENTRY = Path(sys.executable).parent / "memory-pipelines"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def with_database(url: str, name: str) -> str:
