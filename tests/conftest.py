@@ -44,21 +44,33 @@ def pg_admin_url(pg_home):
     embedded.stop(pg_home)
 
 
-@pytest.fixture
-def make_database(pg_admin_url):
-    """Creates fresh, migrated databases (cloned from the template); dropped after the test."""
+def _databases(admin_url: str):
+    """Yields a function that creates fresh, migrated databases (cloned from the template),
+    then drops them."""
     names = []
 
     def make() -> str:
         name = "t_" + uuid.uuid4().hex[:16]
-        _admin(pg_admin_url, "CREATE DATABASE {} TEMPLATE {}", name, TEMPLATE_DB)
+        _admin(admin_url, "CREATE DATABASE {} TEMPLATE {}", name, TEMPLATE_DB)
         names.append(name)
-        return with_database(pg_admin_url, name)
+        return with_database(admin_url, name)
 
     yield make
     close_pools()
     for name in names:
-        _admin(pg_admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
+        _admin(admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
+
+
+@pytest.fixture
+def make_database(pg_admin_url):
+    """Creates fresh, migrated databases (cloned from the template); dropped after the test."""
+    yield from _databases(pg_admin_url)
+
+
+@pytest.fixture(scope="module")
+def make_module_database(pg_admin_url):
+    """make_database for module-scoped fixtures, such as a UI server a module's tests share."""
+    yield from _databases(pg_admin_url)
 
 
 @pytest.fixture

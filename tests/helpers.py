@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -13,6 +15,15 @@ from psycopg import sql
 from assets.resources import EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSource
 
 
+ENTRY = Path(sys.executable).parent / "memory-pipelines"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path="/" + name))
@@ -22,7 +33,9 @@ def with_database(url: str, name: str) -> str:
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 AUDIT_COLUMNS = frozenset({"run_id", "ingested_run_id", "ingested_at", "created_at", "updated_at",
-                           "quarantined_at", "id"})
+                           "quarantined_at", "archived_at", "id"})
+# jsonb copies of whole rows (memory_archive.row_data): compared without the skipped columns' keys.
+ROW_COPY_COLUMNS = frozenset({"row_data"})
 
 
 def table_fingerprints(url: str, tables: Iterable[str] | None = None, *, skip_columns: frozenset = frozenset(),
@@ -40,7 +53,8 @@ def table_fingerprints(url: str, tables: Iterable[str] | None = None, *, skip_co
                 "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' "
                 "AND table_name = %s ORDER BY ordinal_position", (table,)) if r[0] not in skip_columns]
             row_text = sql.SQL("concat_ws('|', {})").format(sql.SQL(", ").join(
-                sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns))
+                sql.SQL("({} - {}::text[])::text").format(sql.Identifier(c), sql.Literal(sorted(skip_columns)))
+                if c in ROW_COPY_COLUMNS else sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns))
             row = conn.execute(sql.SQL(
                 "SELECT count(*), coalesce(md5(string_agg(r, E'\\n' ORDER BY r)), '') FROM (SELECT {} AS r FROM {}) x"
             ).format(row_text, sql.Identifier(table))).fetchone()
@@ -50,8 +64,8 @@ def table_fingerprints(url: str, tables: Iterable[str] | None = None, *, skip_co
 
 def content_fingerprints(url: str, tables: Iterable[str] | None = None) -> dict[str, tuple[int, str]]:
     """table_fingerprints without the audit columns that name a run or a moment (run ids,
-    write times, serial ids) and without the llm_calls ledger: two runs that built the
-    same content compare equal."""
+    write times, serial ids), also inside archived row copies, and without the llm_calls
+    ledger: two runs that built the same content compare equal."""
     return table_fingerprints(url, tables, skip_columns=AUDIT_COLUMNS, skip_tables=("schema_migrations", "llm_calls"))
 
 

@@ -15,9 +15,7 @@ import pytest
 
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.db import embedded
-from tests.helpers import table_fingerprints
-
-ENTRY = Path(sys.executable).parent / "memory-pipelines"
+from tests.helpers import ENTRY, free_port, table_fingerprints
 
 
 def cli(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
@@ -167,21 +165,13 @@ def test_embedded_server_start_stop_and_dead_pid_cleanup(tmp_path):
         embedded.stop(home)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_ui_serves_the_asset_graph_and_stops_on_sigterm(database_url, tmp_path):
     import time
 
     import httpx
 
-    port = _free_port()
+    port = free_port()
     env = os.environ.copy()
     env["DAGSTER_HOME"] = str(tmp_path / "dagster")
     proc = subprocess.Popen([str(ENTRY), "ui", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
