@@ -36,7 +36,9 @@ storage:
 def dagster_storage_url(database_url: str) -> str:
     """The pipeline's database URL with Dagster's tables kept in their own schema."""
     parts = urlsplit(database_url)
-    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme  # SQLAlchemy's name
+    # psycopg2, the driver dagster-postgres is written for: SQLAlchemy 2.1 would otherwise
+    # pick psycopg 3, whose server-side binding breaks Dagster's `NOTIFY run_events, %s`
+    scheme = "postgresql+psycopg2"
     params = parse_qsl(parts.query, keep_blank_values=True)
     options = " ".join([v for k, v in params if k == "options"] + [f"-csearch_path={DAGSTER_SCHEMA}"])
     query = urlencode([(k, v) for k, v in params if k != "options"] + [("options", options)])

@@ -111,10 +111,10 @@ def ui(make_module_database, tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
     env.update(MEMORY_HOME=str(home / "memory"), DAGSTER_HOME=str(home / "dagster"), MEMORY_DATABASE_URL=url,
                MEMORY_TRANSCRIPTS=str(SAMPLE_TRANSCRIPTS), MEMORY_EMBED_BACKEND="hashing",
-               # dagster 1.13.27 refuses a backfill of the knowledge multi-asset in some webserver
-               # processes: it compares its two keys' partition subsets with `!=`, which also compares
-               # a lazily cached count, cached or not by set order, so by the hash seed (0, 2 and 4
-               # of 0-9 refuse). Seed 0: the test meets that case every run, not one run in three.
+               # dagster 1.13.27 refused a backfill of the knowledge multi-asset, while it was not
+               # subsettable, in some webserver processes: it compares its two keys' partition subsets
+               # with `!=`, which also compares a lazily cached count, cached or not by set order, so
+               # by the hash seed (0, 2 and 4 of 0-9 refused). Seed 0 keeps that case in every run.
                PYTHONHASHSEED="0")
     port = free_port()
     server = Ui(f"http://127.0.0.1:{port}", url, home / "ui.log")

@@ -12,7 +12,8 @@ from psycopg import sql
 
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from tests.helpers import content_fingerprints
-from tests.integration.test_cli import ENTRY, cli
+from tests.helpers import ENTRY
+from tests.integration.test_cli import cli
 
 DAY = "2026-10-01"
 SESSION = "s-bob-0001"  # active on DAY
