@@ -1,5 +1,6 @@
 """Running the whole asset graph in-process, partition by partition, for the CLI."""
 
+import json
 import logging
 import os
 import sys
@@ -22,15 +23,13 @@ INSTANCE_TEMPLATE = Path(__file__).with_name("dagster_instance.yaml")
 
 
 MANAGED_MARK = "# Managed by memory-pipelines"
-STORAGE_URL_VAR = "MEMORY_DAGSTER_STORAGE_URL"
-# Run, event and schedule storage on the pipeline's own PostgreSQL; the URL comes from the
-# environment so that no password is written to disk.
-POSTGRES_STORAGE = f"""
-storage:
-  postgres:
-    postgres_url:
-      env: {STORAGE_URL_VAR}
-"""
+
+
+def _postgres_storage(url: str) -> str:
+    """Run, event and schedule storage on the pipeline's own PostgreSQL. The URL is written
+    out (JSON is valid YAML) so that any process on this DAGSTER_HOME, `dagster dev` started
+    by hand too, finds it; the file is then readable by its owner only."""
+    return f"\nstorage:\n  postgres:\n    postgres_url: {json.dumps(url)}\n"
 
 
 def dagster_storage_url(database_url: str) -> str:
@@ -54,11 +53,12 @@ def ensure_dagster_home(home: Path, database_url: str | None = None) -> Path:
     config = dagster_home / "dagster.yaml"
     if not config.exists() or config.read_text(encoding="utf-8").startswith(MANAGED_MARK):
         text = INSTANCE_TEMPLATE.read_text(encoding="utf-8")
-        config.write_text(text + POSTGRES_STORAGE if database_url else text, encoding="utf-8")
-    if database_url:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(sql.SQL(query("create_dagster_schema")).format(schema=sql.Identifier(DAGSTER_SCHEMA)))
-        os.environ[STORAGE_URL_VAR] = dagster_storage_url(database_url)
+        if database_url:
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                conn.execute(sql.SQL(query("create_dagster_schema")).format(schema=sql.Identifier(DAGSTER_SCHEMA)))
+            text += _postgres_storage(dagster_storage_url(database_url))
+        config.write_text(text, encoding="utf-8")
+        config.chmod(0o600)
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     return dagster_home
 

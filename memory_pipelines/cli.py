@@ -213,7 +213,23 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_distill(args: argparse.Namespace) -> int:
+    from assets.benchmarks import run_distill_benchmark
+    from memory_pipelines import bench
+    from memory_pipelines.generator import GeneratorConfig
+
+    try:
+        config = GeneratorConfig(users=args.users, sessions=args.sessions, seed=args.seed, days=args.days)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    result = run_distill_benchmark(config, cost=args.kind == "cost", echo=lambda line: print(line, file=sys.stderr))
+    print(json.dumps(result.to_json(), indent=2) if args.json else bench.distill_markdown(result))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.kind in ("distill", "cost"):
+        return cmd_bench_distill(args)
     from dataclasses import asdict
 
     from memory_pipelines import bench
@@ -346,9 +362,15 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search)
 
-    bench = sub.add_parser("bench", help="benchmarks: retrieval (recall@k and nDCG@k per search mode)")
-    bench.add_argument("kind", choices=["retrieval"])
-    bench.add_argument("--k", type=int, default=5)
+    bench = sub.add_parser("bench", help="benchmarks: distill (throughput), cost (model calls), retrieval "
+                                         "(recall@k and nDCG@k per search mode)")
+    bench.add_argument("kind", choices=["distill", "cost", "retrieval"])
+    bench.add_argument("--k", type=int, default=5, help="retrieval: the k of recall@k and nDCG@k")
+    bench.add_argument("--users", type=int, default=1000, help="distill, cost: generated users (default 1000)")
+    bench.add_argument("--sessions", type=int, default=4000, help="distill, cost: generated sessions (default "
+                                                                  "4000, about 100,000 messages)")
+    bench.add_argument("--days", type=int, default=14, help="distill, cost: days the sessions spread over")
+    bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--json", action="store_true")
     bench.set_defaults(func=cmd_bench)
 

@@ -85,8 +85,9 @@ def database_url(make_database, monkeypatch) -> str:
 def _isolated_state(tmp_path_factory, monkeypatch):
     """Tests never touch the developer's own state folder or Dagster instance."""
     base = tmp_path_factory.getbasetemp()
-    (base / "dagster-home").mkdir(exist_ok=True)
     monkeypatch.setenv("MEMORY_HOME", str(base / "memory-home"))
-    monkeypatch.setenv("DAGSTER_HOME", str(base / "dagster-home"))
+    # one per test: an instance config a test pointed at its own (later dropped) database
+    # must not outlive it
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster-home")))
     monkeypatch.delenv("MEMORY_DATABASE_URL", raising=False)
     monkeypatch.delenv("MEMORY_TRANSCRIPTS", raising=False)

@@ -6,13 +6,13 @@ import socket
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import dagster as dg
 import psycopg
 from psycopg import sql
 
 from assets.resources import EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSource
+from memory_pipelines.db.connection import with_database  # noqa: F401 (tests import it from here)
 
 
 ENTRY = Path(sys.executable).parent / "memory-pipelines"
@@ -24,9 +24,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
 
 
 # Dagster's console logger at WARNING: a failing test shows what matters, not every event.

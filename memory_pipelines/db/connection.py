@@ -6,6 +6,7 @@ import atexit
 import logging
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -25,6 +26,11 @@ def resolve_url(database_url: str | None, home: Path) -> str:
     if database_url:
         return database_url
     return embedded.start(home)
+
+
+def with_database(url: str, name: str) -> str:
+    """`url` pointing at the database `name` on the same server."""
+    return urlunsplit(urlsplit(url)._replace(path="/" + name))
 
 
 def _configure(conn: psycopg.Connection) -> None:

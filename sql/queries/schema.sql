@@ -24,3 +24,15 @@ ORDER BY table_name;
 -- name: create_dagster_schema
 -- Where Dagster's run and event storage lives when it shares the pipeline's database.
 CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- name: drop_database
+DROP DATABASE IF EXISTS {name} WITH (FORCE);
+
+-- name: create_database
+CREATE DATABASE {name};
+
+-- name: table_sizes
+-- Bytes per table of the pipeline's schema, with indexes and TOAST.
+SELECT c.relname, pg_total_relation_size(c.oid)
+FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace
+ORDER BY 1;

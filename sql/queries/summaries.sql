@@ -129,3 +129,8 @@ SELECT pg_advisory_lock(hashtext('memory_pipelines.session'), hashtext(%(session
 
 -- name: unlock_session_for_fold
 SELECT pg_advisory_unlock(hashtext('memory_pipelines.session'), hashtext(%(session_id)s));
+
+-- name: model_usage_by_purpose
+-- Calls that went to a model (the rules back end is not one), per task.
+SELECT purpose, count(*), sum(input_tokens + output_tokens)::bigint FROM llm_calls
+WHERE backend <> 'rules' GROUP BY 1 ORDER BY 1;

@@ -41,7 +41,8 @@ def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
     assert "messages" in first.stdout and str(stored) in first.stdout
     # with MEMORY_DATABASE_URL set, Dagster's runs and events live on that server, in their own schema
     dagster_yaml = Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml"
-    assert "postgres_url" in dagster_yaml.read_text() and "MEMORY_DAGSTER_STORAGE_URL" in dagster_yaml.read_text()
+    assert "postgresql+psycopg2://" in dagster_yaml.read_text() and "search_path%3Ddagster" in dagster_yaml.read_text()
+    assert dagster_yaml.stat().st_mode & 0o077 == 0  # it holds the database URL: its owner's only
     with psycopg.connect(database_url) as conn:
         days = first.stdout.count("] 2026-10-")
         assert conn.execute("SELECT count(*) FROM dagster.runs WHERE status = 'SUCCESS'").fetchone()[0] == days > 0

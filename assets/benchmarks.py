@@ -1,0 +1,109 @@
+"""`memory-pipelines bench distill|cost`: generated transcripts through the whole asset graph.
+
+Both run in a database of their own on the configured server (`memory_bench_distill`,
+rebuilt each time), never in the user's. `distill` uses the offline back ends (rules,
+hashing embedder) to measure the pipeline without model time; `cost` points the chat and
+decision models at the instant wire-level server (`memory_pipelines.llm.instant_server`)
+to count the calls and tokens a real model would get.
+"""
+
+import os
+import resource
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+import psycopg
+from psycopg import sql
+
+from assets.runner import ensure_dagster_home, partition_keys_between, run_partitions
+from memory_pipelines.bench import DistillBench
+from memory_pipelines.config import Settings
+from memory_pipelines.db import repository
+from memory_pipelines.db.connection import close_pools, get_pool, resolve_url, with_database
+from memory_pipelines.db.queries import query
+from memory_pipelines.generator import GeneratorConfig, write_transcripts
+from memory_pipelines.llm.instant_server import InstantModelServer
+from memory_pipelines.transcripts import transcript_date_range
+
+BENCH_DATABASE = "memory_bench_distill"
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """The run reads its resources from the environment: set them for the benchmark only."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _fresh_database(settings: Settings) -> str:
+    server = resolve_url(settings.database_url, settings.home)
+    with psycopg.connect(server, autocommit=True) as conn:
+        for name in ("drop_database", "create_database"):
+            conn.execute(sql.SQL(query(name)).format(name=sql.Identifier(BENCH_DATABASE)))
+    return with_database(server, BENCH_DATABASE)
+
+
+def _stage_seconds(run_ids: list[str]) -> dict[str, float]:
+    instance = dg.DagsterInstance.get()
+    totals: dict[str, float] = defaultdict(float)
+    for run_id in run_ids:
+        for step in instance.get_run_step_stats(run_id):
+            if step.start_time and step.end_time:
+                totals[step.step_key] += step.end_time - step.start_time
+    return dict(totals)
+
+
+def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, echo: Callable[[str], None] = print) -> DistillBench:
+    settings = Settings.from_env()
+    with tempfile.TemporaryDirectory(prefix="memory-bench-") as folder:
+        transcripts = Path(folder) / "transcripts"
+        stats = write_transcripts(transcripts, config)
+        echo(f"generated {stats.messages:,} messages in {stats.sessions:,} sessions of {stats.users:,} users")
+        url = _fresh_database(settings)
+        first, last = transcript_date_range(transcripts)
+        server = InstantModelServer() if cost else None
+        env = {"MEMORY_DATABASE_URL": url, "MEMORY_TRANSCRIPTS": str(transcripts),
+               "MEMORY_EMBED_BACKEND": os.environ.get("MEMORY_EMBED_BACKEND", "hashing")}
+        if server is not None:
+            env.update({f"{prefix}_{name}": value for prefix in ("MEMORY_LLM", "MEMORY_DECISION")
+                        for name, value in (("BACKEND", "ollama"), ("BASE_URL", server.url), ("MODEL", "instant"))})
+        try:
+            with _environment(env):
+                ensure_dagster_home(settings.home, url)
+                # set-up, not distillation, stays outside the timing: migrations, Dagster's storage
+                get_pool(url)
+                dg.DagsterInstance.get()
+                keys = partition_keys_between(first.isoformat(), last.isoformat())
+                started = time.perf_counter()
+                runs = run_partitions(keys, echo=lambda line: None)
+                seconds = time.perf_counter() - started
+                with get_pool(url).connection() as conn:
+                    usage = conn.execute(query("model_usage_by_purpose")).fetchall()
+                    sizes = dict(conn.execute(query("table_sizes")).fetchall())
+                    messages = repository.row_counts(conn, ["messages"])["messages"]
+                stages = _stage_seconds([r.run_id for r in runs])
+        finally:
+            if server is not None:
+                server.close()
+            close_pools()
+    return DistillBench(
+        backend="ollama (instant server)" if cost else "rules (offline)",
+        users=stats.users, sessions=stats.sessions, messages=messages, days=len(keys), seconds=seconds,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        stage_seconds=stages, table_bytes=sizes,
+        calls_by_purpose={purpose: calls for purpose, calls, _ in usage},
+        tokens_by_purpose={purpose: tokens for purpose, _, tokens in usage},
+    )

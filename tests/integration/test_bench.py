@@ -1,0 +1,38 @@
+"""Smoke runs of `bench distill` and `bench cost` on a tiny generated input (benchmarks are
+not timed tests: these check that the figures are measured and add up)."""
+
+from __future__ import annotations
+
+import json
+
+from assets.benchmarks import run_distill_benchmark
+from memory_pipelines.bench import distill_markdown
+from memory_pipelines.generator import GeneratorConfig, write_transcripts
+from tests.integration.test_cli import cli
+
+TINY = GeneratorConfig(users=3, sessions=6, days=2, seed=7)
+STAGES = {"transcripts", "conversation_segments", "session_summaries", "memory_facts", "memory_chunks",
+          "knowledge_entries", "memory_embeddings", "memory_decay"}
+
+
+def test_bench_distill_measures_every_stage_offline(database_url, tmp_path):
+    expected = write_transcripts(tmp_path / "t", TINY).messages
+    result = run_distill_benchmark(TINY, cost=False, echo=lambda line: None)
+    assert result.messages == expected > 0
+    assert STAGES <= set(result.stage_seconds) and all(s > 0 for s in result.stage_seconds.values())
+    assert result.model_calls == 0  # the rules back end is not a model
+    assert result.table_bytes["messages"] > 0 and result.peak_rss_mb > 0
+    assert result.messages_per_s == result.messages / result.seconds
+    table = distill_markdown(result)
+    assert "| **whole run** |" in table and "| memory_facts |" in table
+
+
+def test_bench_cost_counts_the_calls_a_model_would_get(database_url):
+    done = cli("bench", "cost", "--users", "3", "--sessions", "6", "--days", "2", "--seed", "7", "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    calls = figures["calls_by_purpose"]
+    assert {"judge_segments", "summarize", "extract_facts", "synthesize_knowledge"} <= set(calls)
+    assert figures["model_calls"] == sum(calls.values()) > 0
+    assert figures["calls_per_1000_messages"] == 1000 * figures["model_calls"] / figures["messages"]
+    assert all(figures["tokens_by_purpose"][p] > 0 for p in calls)
