@@ -367,8 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("kind", choices=["distill", "cost", "retrieval"])
     bench.add_argument("--k", type=int, default=5, help="retrieval: the k of recall@k and nDCG@k")
     bench.add_argument("--users", type=int, default=1000, help="distill, cost: generated users (default 1000)")
-    bench.add_argument("--sessions", type=int, default=4000, help="distill, cost: generated sessions (default "
-                                                                  "4000, about 100,000 messages)")
+    bench.add_argument("--sessions", type=int, default=6000, help="distill, cost: generated sessions (default "
+                                                                  "6000, about 100,000 messages)")
     bench.add_argument("--days", type=int, default=14, help="distill, cost: days the sessions spread over")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--json", action="store_true")
