@@ -93,7 +93,7 @@ def ensure_judged(conn: psycopg.Connection, session_id: str, partition_key: str,
             "first": judged.segment.messages[0].content,
         })
     if judgement.call.status != "ok":
-        report.failures.append(f"{session_id} {partition_key}: judging failed, all kept: {judgement.call.error}")
+        report.failures.append(f"{session_id} {partition_key}: judging failed, all kept: {judgement.call.describe()}")
     return report
 
 
