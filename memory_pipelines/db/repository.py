@@ -270,6 +270,11 @@ def session_dropped_seqs(conn: psycopg.Connection, session_id: str) -> frozenset
     return frozenset(r[0] for r in conn.execute(query("session_dropped_seqs"), {"session_id": session_id}))
 
 
+def session_judging_failed(conn: psycopg.Connection, session_id: str, partition_key: str) -> bool:
+    return conn.execute(query("session_judging_failed"),
+                        {"session_id": session_id, "partition_key": partition_key}).fetchone()[0]
+
+
 def lock_user(conn: psycopg.Connection, user_id: str) -> None:
     conn.execute(query("lock_user"), {"user_id": user_id})
 
