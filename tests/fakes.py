@@ -48,6 +48,8 @@ def _purpose(system: str) -> str:
         return "extract_facts"
     if "short narrative" in system:
         return "summarize_facts"
+    if "Distill durable knowledge" in system:
+        return "synthesize_knowledge"
     return "unknown"
 
 
