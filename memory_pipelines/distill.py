@@ -93,7 +93,7 @@ def ensure_judged(conn: psycopg.Connection, session_id: str, partition_key: str,
             "first": judged.segment.messages[0].content,
         })
     if judgement.call.status != "ok":
-        report.failures.append(f"{session_id} {partition_key}: judging failed, all kept: {judgement.call.error}")
+        report.failures.append(f"{session_id} {partition_key}: judging failed, all kept: {judgement.call.describe()}")
     return report
 
 
@@ -244,6 +244,11 @@ def extract_facts_for_days(pool: ConnectionPool, partition_keys: Sequence[str], 
             part = StageReport()
             with pool.connection() as conn, conn.transaction():
                 repository.lock_session(conn, session.session_id)
+                if repository.session_judging_failed(conn, session.session_id, key):
+                    # its noise is not known yet: facts taken from noise now would stay for good
+                    part.failures.append(f"{session.session_id}: noise judging failed, extraction left due")
+                    part.counts["sessions_failed"] += 1
+                    return part
                 messages = repository.session_messages_before(conn, session.session_id, end)
                 dropped = repository.session_dropped_seqs(conn, session.session_id)
                 kept = [m for m in messages if m.seq not in dropped and m.role != "system"]

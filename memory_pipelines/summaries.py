@@ -265,8 +265,12 @@ def _run_step(plan, state, day, day_fp, kind, args, step_count, summarizer, deci
                 previous = replace(previous,
                                    key_decisions=tuple(e for e in previous.key_decisions if e not in gone),
                                    past_discussions=tuple(e for e in previous.past_discussions if e not in gone))
-            except ModelError as exc:  # judging failed: keep everything
+            except ModelError as exc:
+                # stopped like a failed chunk: a version that kept overturned entries would
+                # never be built again, so the retry or the next run redoes this step
                 calls.append(exc.call)
+                yield FoldStopped(day.partition_key, step, tuple(calls), str(exc))
+                return None
         if kind == "trim":
             summary, who = previous, ("none", "none", "none")
         else:

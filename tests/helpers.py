@@ -110,3 +110,54 @@ def materialize_range(assets, first: str, last: str, resources: dict,
 def materialization_metadata(result: dg.ExecuteInProcessResult, asset_key: str) -> dict:
     [mat] = result.asset_materializations_for_node(asset_key)
     return {k: v.value for k, v in mat.metadata.items()}
+
+
+# Rows a stage writes in one transaction, as pairs that must never be seen apart: a run
+# stopped at any moment (killed, a model or database failure) leaves none of these.
+PARTIAL_WRITES = {
+    "summary without its current version": """
+        SELECT s.session_id FROM session_summaries s WHERE s.version IS NOT NULL AND (NOT EXISTS (
+            SELECT 1 FROM session_summary_versions v WHERE v.session_id = s.session_id AND v.version = s.version
+            AND v.cursor_seq = s.cursor_seq AND v.cursor_ts = s.cursor_ts AND v.summary = s.summary)
+          OR s.version <> (SELECT max(v.version) FROM session_summary_versions v WHERE v.session_id = s.session_id))""",
+    "summary versions without a summary": """
+        SELECT DISTINCT v.session_id FROM session_summary_versions v
+        WHERE NOT EXISTS (SELECT 1 FROM session_summaries s WHERE s.session_id = v.session_id)""",
+    "summarized chunk without its model call": """
+        SELECT v.session_id FROM session_summary_versions v WHERE v.kind = 'chunk' GROUP BY v.session_id
+        HAVING count(*) > (SELECT count(*) FROM llm_calls c WHERE c.session_id = v.session_id
+                           AND c.purpose = 'summarize' AND c.status = 'ok')""",
+    "session marked extracted without its extraction call": """
+        SELECT m.session_id FROM session_memory_state m WHERE NOT EXISTS (
+            SELECT 1 FROM llm_calls c WHERE c.session_id = m.session_id AND c.purpose = 'extract_facts'
+            AND c.status = 'ok')""",
+    "facts of a session not marked extracted": """
+        SELECT DISTINCT f.session_id FROM memory_facts f
+        WHERE NOT EXISTS (SELECT 1 FROM session_memory_state m WHERE m.session_id = f.session_id)""",
+    "session extracted with facts, none stored": """
+        SELECT m.session_id FROM session_memory_state m WHERE m.facts_accepted > 0
+        AND NOT EXISTS (SELECT 1 FROM memory_facts f WHERE f.user_id = m.user_id)
+        AND NOT EXISTS (SELECT 1 FROM memory_archive a WHERE a.user_id = m.user_id AND a.source_table = 'memory_facts')""",
+    "session-day judged by two different judgements": """
+        SELECT session_id, partition_key FROM conversation_segments GROUP BY 1, 2
+        HAVING count(DISTINCT fingerprint) > 1""",
+    "overlapping chunks": """
+        SELECT a.session_id, a.start_seq, b.start_seq FROM memory_chunks a JOIN memory_chunks b
+        ON a.session_id = b.session_id AND a.id < b.id AND a.start_seq <= b.end_seq AND b.start_seq <= a.end_seq""",
+    "session counts out of step with messages": """
+        SELECT coalesce(s.session_id, m.session_id) FROM sessions s
+        FULL JOIN (SELECT session_id, count(*) AS n FROM messages GROUP BY 1) m ON m.session_id = s.session_id
+        WHERE m.n IS DISTINCT FROM s.message_count""",
+    "knowledge entry version without its synthesis record": """
+        SELECT DISTINCT v.session_id, v.partition_key FROM knowledge_entry_versions v WHERE NOT EXISTS (
+            SELECT 1 FROM knowledge_sources k WHERE k.session_id = v.session_id AND k.partition_key = v.partition_key)""",
+    **{f"{table} embedding without its model": f"SELECT id FROM {table} WHERE (embedding IS NULL) <> (embedding_model IS NULL)"
+       for table in ("memory_facts", "memory_chunks", "knowledge_entries")},
+}
+
+
+def partial_writes(url: str) -> dict[str, list[tuple]]:
+    """What PARTIAL_WRITES finds in the database at `url` (empty when nothing is half-written)."""
+    with psycopg.connect(url) as conn:
+        found = {name: conn.execute(statement).fetchall() for name, statement in PARTIAL_WRITES.items()}
+    return {name: rows for name, rows in found.items() if rows}

@@ -74,6 +74,11 @@ def start(home: Path) -> str:
         remove_dead_pids(pgdata)
     # cleanup_mode=None: this process leaving does not stop a server others may use.
     server = pgserver.get_server(pgdata, cleanup_mode=None)
+    # get_server hands out one cached handle per folder for the life of the process, without
+    # looking whether its server still runs: start it again if it was stopped since (`db stop`
+    # from another shell, a crash, a restart with a new postmaster).
+    with pgserver.PostgresServer._lock:
+        server.ensure_postgres_running()
     return server.get_uri()
 
 

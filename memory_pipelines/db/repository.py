@@ -270,6 +270,11 @@ def session_dropped_seqs(conn: psycopg.Connection, session_id: str) -> frozenset
     return frozenset(r[0] for r in conn.execute(query("session_dropped_seqs"), {"session_id": session_id}))
 
 
+def session_judging_failed(conn: psycopg.Connection, session_id: str, partition_key: str) -> bool:
+    return conn.execute(query("session_judging_failed"),
+                        {"session_id": session_id, "partition_key": partition_key}).fetchone()[0]
+
+
 def lock_user(conn: psycopg.Connection, user_id: str) -> None:
     conn.execute(query("lock_user"), {"user_id": user_id})
 
@@ -409,14 +414,35 @@ def forge_knowledge(conn: psycopg.Connection, entries: Sequence[EntryCandidate],
     Returns the entries inserted or changed."""
     written = 0
     for e in entries:
-        if conn.execute(query("archived_key_newer"), {"entry_key": e.key, "observed_at": e.observed_at}).fetchone()[0]:
-            continue
-        _restore_reobserved(conn, "archived_entries_reobserved", {"entry_key": e.key, "observed_at": e.observed_at})
         row = {**asdict(e), "entry_key": e.key, "content_hash": e.content_hash, "tags": list(e.tags),
                "pii_kinds": list(e.pii_kinds), **lineage}
+        archived = conn.execute(query("archived_entry_newer"), {"entry_key": e.key, "observed_at": e.observed_at}
+                                ).fetchone()
+        if archived is not None:
+            # An older observation than the archived entry's last (its day run late, after a
+            # failure): the entry stays archived, but when the observation is new to its
+            # history it gets the versions and first-seen time the days in order give it.
+            if conn.execute(query("upsert_knowledge_version"), row).rowcount:
+                _fold_into_archived_entry(conn, archived, row)
+            continue
+        _restore_reobserved(conn, "archived_entries_reobserved", {"entry_key": e.key, "observed_at": e.observed_at})
         conn.execute(query("upsert_knowledge_version"), row)
         written += conn.execute(query("upsert_knowledge_entry"), row).rowcount
     return written
+
+
+def _fold_into_archived_entry(conn: psycopg.Connection, archived: tuple, row: dict) -> None:
+    """Restore the archived entry, upsert the older observation into it (its content stays:
+    event time wins) and archive it again as decay did."""
+    archive_id, reason, score, as_of, partition_key, run_id = archived
+    [(_, entry_id)] = restore_archived(conn, archive_id)
+    conn.execute(query("upsert_knowledge_entry"), row)
+    table = sql.Identifier("knowledge_entries")
+    conn.execute(sql.SQL(query("archive_rows")).format(table=table), {
+        "table": "knowledge_entries", "rows": Jsonb([{"id": entry_id, "key": row["entry_key"], "reason": reason,
+                                                      "score": score}]),
+        "as_of": as_of, "partition_key": partition_key, "run_id": run_id})
+    conn.execute(sql.SQL(query("delete_rows")).format(table=table), {"ids": [entry_id]})
 
 
 def forge_relations(conn: psycopg.Connection, user_id: str, relations: Sequence[RelationCandidate],

@@ -47,6 +47,10 @@ class ModelCall:
     attempts: int = 1
     cost_usd: float | None = None  # estimated from the price table; None: the model is not priced
 
+    def describe(self) -> str:
+        """One line naming the call and its outcome, as failures are reported."""
+        return f"{self.purpose} via {self.backend}/{self.model}: {self.status}: {self.error}"
+
 
 BUDGET_REACHED = "token budget reached"
 
@@ -55,7 +59,7 @@ class ModelError(RuntimeError):
     """A model call failed or its answer could not be used; `call` says which and why."""
 
     def __init__(self, call: ModelCall):
-        super().__init__(f"{call.purpose} via {call.backend}/{call.model}: {call.status}: {call.error}")
+        super().__init__(call.describe())
         self.call = call
 
 

@@ -25,6 +25,11 @@ SELECT s.seq FROM conversation_segments c
 JOIN LATERAL generate_series(c.start_seq, c.end_seq) AS s(seq) ON true
 WHERE c.session_id = %(session_id)s AND c.dropped;
 
+-- name: session_judging_failed
+-- Whether a day of the session up to this partition kept everything because judging failed.
+SELECT EXISTS (SELECT 1 FROM conversation_segments WHERE session_id = %(session_id)s
+               AND partition_key <= %(partition_key)s AND judge_status = 'failed');
+
 -- name: lock_user
 SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.user'), hashtext(%(user_id)s));
 

@@ -1,7 +1,9 @@
--- name: archived_key_newer
--- An entry decay archived stays archived unless it is observed again later.
-SELECT EXISTS (SELECT 1 FROM memory_archive WHERE source_table = 'knowledge_entries'
-               AND source_key = %(entry_key)s AND (row_data ->> 'updated_at')::timestamptz >= %(observed_at)s);
+-- name: archived_entry_newer
+-- An entry decay archived stays archived unless it is observed again later: its archive
+-- row, when it was last updated at or after this observation.
+SELECT id, reason, score, as_of, partition_key, run_id FROM memory_archive
+WHERE source_table = 'knowledge_entries' AND source_key = %(entry_key)s
+  AND (row_data ->> 'updated_at')::timestamptz >= %(observed_at)s;
 
 -- name: upsert_knowledge_version
 INSERT INTO knowledge_entry_versions AS v (entry_key, content_hash, user_id, title, content, tags, confidence,
