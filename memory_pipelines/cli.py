@@ -236,6 +236,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_search(args: argparse.Namespace) -> int:
+    from memory_pipelines import bench_search
+    from memory_pipelines.embed import EmbedConfig, build_embedder, embed_config
+
+    try:
+        config = bench_search.SearchBenchConfig(users=args.users, chunks=args.chunks, facts=args.facts,
+                                                queries=args.queries, seed=args.seed)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    url = _connect_url(_settings())
+    embedder = build_embedder(EmbedConfig() if args.embedder == "hashing" else embed_config())
+    try:
+        result = bench_search.run(url, config, embedder, rebuild=args.rebuild,
+                                  progress=lambda line: print(line, file=sys.stderr, flush=True))
+    finally:
+        embedder.close()
+    print(bench_search.to_json(result) if args.json else bench_search.markdown(result))
+    return 0
+
+
 def cmd_forget(args: argparse.Namespace) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.lifecycle import forget, unforget
@@ -346,11 +366,24 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search)
 
-    bench = sub.add_parser("bench", help="benchmarks: retrieval (recall@k and nDCG@k per search mode)")
-    bench.add_argument("kind", choices=["retrieval"])
-    bench.add_argument("--k", type=int, default=5)
-    bench.add_argument("--json", action="store_true")
-    bench.set_defaults(func=cmd_bench)
+    bench = sub.add_parser("bench", help="benchmarks: retrieval quality, search latency at scale")
+    kinds = bench.add_subparsers(dest="kind", required=True)
+    retrieval = kinds.add_parser("retrieval", help="recall@k and nDCG@k per search mode over the labelled sample")
+    retrieval.add_argument("--k", type=int, default=5)
+    retrieval.add_argument("--json", action="store_true")
+    retrieval.set_defaults(func=cmd_bench)
+    search_bench = kinds.add_parser(
+        "search", help="search latency (p50/p95/p99) and vector recall@10 on a synthetic database of its own")
+    search_bench.add_argument("--users", type=int, default=1_000, help="default 1,000")
+    search_bench.add_argument("--chunks", type=int, default=1_000_000, help="default 1,000,000")
+    search_bench.add_argument("--facts", type=int, default=100_000, help="default 100,000")
+    search_bench.add_argument("--queries", type=int, default=300, help="timed queries per path (default 300)")
+    search_bench.add_argument("--seed", type=int, default=0, help="of the data and the queries (default 0)")
+    search_bench.add_argument("--embedder", choices=["hashing", "configured"], default="hashing",
+                              help="hashing (default, fast to load) or the one MEMORY_EMBED_* configures")
+    search_bench.add_argument("--rebuild", action="store_true", help="build the database again even if it matches")
+    search_bench.add_argument("--json", action="store_true")
+    search_bench.set_defaults(func=cmd_bench_search)
 
     forget = sub.add_parser("forget", help="delete a user's (or session's) messages and everything derived")
     forget.add_argument("--user", required=True)
