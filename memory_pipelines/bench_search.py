@@ -521,9 +521,11 @@ PATHS: tuple[tuple[str, bool, Callable[[UnifiedMemorySearch, BenchQuery], object
 )
 
 
-def _time_pass(conn: psycopg.Connection, search: UnifiedMemorySearch, call, queries: Sequence[BenchQuery]) -> list[float]:
+def _time_pass(conn: psycopg.Connection, embedder: Embedder, call, queries: Sequence[BenchQuery]) -> list[float]:
     seconds = []
     for q in queries:
+        search = UnifiedMemorySearch(conn, embedder)  # one per request, as the CLI and the tools make it
+        conn.rollback()
         began = time.perf_counter()
         call(search, q)
         seconds.append(time.perf_counter() - began)
@@ -566,14 +568,13 @@ def measure(url: str, embedder: Embedder, config: SearchBenchConfig,
             began = time.perf_counter()
             vectors[q.text] = embedder.embed([q.text])[0]
             embed_seconds.append(time.perf_counter() - began)
-        cached = UnifiedMemorySearch(conn, PrecomputedEmbedder(embedder, vectors))
-        live = UnifiedMemorySearch(conn, embedder)
+        cached = PrecomputedEmbedder(embedder, vectors)
         for _, _, call in PATHS:  # statements prepared, caches warm
             _time_pass(conn, cached, call, warmup)
         results = []
         for name, embeds, call in PATHS:
             without = Latency.of(_time_pass(conn, cached, call, queries))
-            with_ = Latency.of(_time_pass(conn, live, call, queries)) if embeds else None
+            with_ = Latency.of(_time_pass(conn, embedder, call, queries)) if embeds else None
             results.append(PathLatency(name, without, with_))
             progress(f"{name}: p95 {without.p95_ms:.1f} ms" + (f", {with_.p95_ms:.1f} ms with the embedding"
                                                                 if with_ else ""))
