@@ -35,7 +35,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from memory_pipelines.db.migrations import migrate
+from memory_pipelines.db.migrations import MigrationError, migrate
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder, HashingEmbedder
 from memory_pipelines.generator import CITIES, EDITORS, LANGUAGES, SERVICES, TOPICS
@@ -234,37 +234,62 @@ class WordModel:
 # --- embedding the load ------------------------------------------------------------------
 
 
+class _WordIndex(dict):
+    """Word -> row of the word-vector matrix; a word seen for the first time is hashed once."""
+
+    def __init__(self, vectors: _HashingVectors):
+        super().__init__()
+        self.vectors = vectors
+
+    def __missing__(self, word: str) -> int:
+        row = self[word] = self.vectors.add(word)
+        return row
+
+
 class _HashingVectors:
     """The hashing embedder, fast for bulk loads: a text's vector is the sum of its words'
     vectors (each word's feature and its character 3-grams), so every distinct word is hashed
     once and a batch is one sparse product. Gives what HashingEmbedder.embed gives."""
 
+    MAX_WORDS = 200_000  # beyond it (words cut at the 2,000th character), words are hashed every time
+
     def __init__(self, embedder: HashingEmbedder):
         self.embedder = embedder
-        self.index: dict[str, int] = {}
-        self.rows: list[list[float]] = []
-        self.matrix = np.zeros((0, embedder.dimension), dtype=np.float64)
+        self.index = _WordIndex(self)
+        self.matrix = np.zeros((4096, embedder.dimension), dtype=np.float32)
+        self.size = 0
 
-    def _id(self, word: str) -> int:
-        found = self.index.get(word)
-        if found is None:
-            found = self.index[word] = len(self.rows)
-            self.rows.append(self.embedder._embed_batch([word])[0])
-        return found
+    def word_vector(self, word: str) -> np.ndarray:
+        return np.asarray(self.embedder._embed_batch([word])[0], dtype=np.float32)
+
+    def add(self, word: str) -> int:
+        if self.size == self.MAX_WORDS:
+            return -1
+        if self.size == len(self.matrix):
+            self.matrix = np.vstack([self.matrix, np.zeros_like(self.matrix)])
+        self.matrix[self.size] = self.word_vector(word)
+        self.size += 1
+        return self.size - 1
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         from scipy.sparse import csr_matrix  # scipy comes with great-expectations, a pinned dependency
 
         indices: list[int] = []
         indptr = [0]
-        lookup = self._id
+        lookup = self.index.__getitem__
         for text in texts:
             indices.extend(map(lookup, _WORD.findall(unicodedata.normalize("NFKC", text).casefold())))
             indptr.append(len(indices))
-        if len(self.rows) > len(self.matrix):
-            self.matrix = np.vstack([self.matrix, np.asarray(self.rows[len(self.matrix):], dtype=np.float64)])
-        counts = csr_matrix((np.ones(len(indices)), indices, indptr), shape=(len(texts), len(self.matrix)))
-        vectors = counts @ self.matrix
+        ids = np.asarray(indices, dtype=np.int64)
+        unindexed = np.flatnonzero(ids < 0)
+        counts = csr_matrix((np.where(ids < 0, 0, 1).astype(np.float32), np.maximum(ids, 0), indptr),
+                            shape=(len(texts), self.size))
+        vectors = counts @ self.matrix[:self.size]
+        if len(unindexed):
+            rows = np.searchsorted(np.asarray(indptr), unindexed, side="right") - 1
+            words = [w for text in texts for w in _WORD.findall(unicodedata.normalize("NFKC", text).casefold())]
+            for row, position in zip(rows.tolist(), unindexed.tolist()):
+                vectors[row] += self.word_vector(words[position])
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return (vectors / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
@@ -427,9 +452,13 @@ def prepare_database(admin_url: str, config: SearchBenchConfig, embedder: Embedd
             conn.execute(query("bench_meta_create"))
             meta = conn.execute(query("bench_meta_read")).fetchone()
         if meta and meta[0] == params and meta[1]:
-            migrate(url)  # a newer schema applies to the data already there
-            return url, True, meta[2]
-        progress(f"{name} was built from other parameters or not finished: rebuilding")
+            try:
+                migrate(url)  # a newer schema applies to the data already there
+                return url, True, meta[2]
+            except MigrationError as exc:
+                progress(f"{name} cannot be migrated ({exc}): rebuilding")
+        else:
+            progress(f"{name} was built from other parameters or not finished: rebuilding")
     with psycopg.connect(admin_url, autocommit=True) as admin:
         if exists:
             admin.execute(sql.SQL(query("bench_drop_database")).format(database=sql.Identifier(name)))

@@ -25,7 +25,17 @@ def test_bulk_hashing_gives_what_the_hashing_embedder_gives():
     texts += ["Valparaíso ＡＢＣ café—ledger-api: port 9090", "", "ß straße STRASSE"]
     fast = bulk_embedder(embedder)(texts)
     assert fast.dtype == np.float32 and fast.shape == (len(texts), 384)
-    assert np.allclose(fast, embedder.embed(texts), atol=1e-6)
+    assert np.allclose(fast, embedder.embed(texts), atol=1e-5)
+
+
+def test_bulk_hashing_past_its_word_cap_hashes_words_each_time():
+    from memory_pipelines.bench_search import _HashingVectors
+
+    embedder = build_embedder(EmbedConfig())
+    bulk = _HashingVectors(embedder)
+    bulk.MAX_WORDS = 30
+    texts = WordModel(2, 3).chunk_texts(np.random.default_rng(2), np.array([0, 1, 2]))
+    assert np.allclose(bulk.embed(texts), embedder.embed(texts), atol=1e-5) and bulk.size == 30
 
 
 def test_latency_percentiles_and_names():
