@@ -63,7 +63,3 @@ SELECT id, embedding FROM memory_chunks WHERE user_id = %(user_id)s AND embeddin
 -- name: bench_user_fact_vectors
 SELECT id, embedding FROM memory_facts
 WHERE user_id = %(user_id)s AND embedding_model = %(model)s AND merged_into IS NULL;
-
--- name: bench_row_counts
-SELECT (SELECT count(*) FROM memory_chunks), (SELECT count(*) FROM memory_facts),
-       (SELECT count(DISTINCT user_id) FROM memory_chunks);
