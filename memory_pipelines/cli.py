@@ -228,8 +228,6 @@ def cmd_bench_distill(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if args.kind in ("distill", "cost"):
-        return cmd_bench_distill(args)
     from dataclasses import asdict
 
     from memory_pipelines import bench
@@ -249,6 +247,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps({"embedder": embedder.model_id, "k": args.k, "modes": [asdict(s) for s in scores]}, indent=2))
     else:
         print(bench.markdown(scores, args.k, embedder.model_id))
+    return 0
+
+
+def cmd_bench_search(args: argparse.Namespace) -> int:
+    from memory_pipelines import bench_search
+    from memory_pipelines.embed import EmbedConfig, build_embedder, embed_config
+
+    try:
+        config = bench_search.SearchBenchConfig(users=args.users, chunks=args.chunks, facts=args.facts,
+                                                queries=args.queries, seed=args.seed)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    url = _connect_url(_settings())
+    embedder = build_embedder(EmbedConfig() if args.embedder == "hashing" else embed_config())
+    try:
+        result = bench_search.run(url, config, embedder, rebuild=args.rebuild,
+                                  progress=lambda line: print(line, file=sys.stderr, flush=True))
+    finally:
+        embedder.close()
+    print(bench_search.to_json(result) if args.json else bench_search.markdown(result))
     return 0
 
 
@@ -362,17 +380,37 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search)
 
-    bench = sub.add_parser("bench", help="benchmarks: distill (throughput), cost (model calls), retrieval "
-                                         "(recall@k and nDCG@k per search mode)")
-    bench.add_argument("kind", choices=["distill", "cost", "retrieval"])
-    bench.add_argument("--k", type=int, default=5, help="retrieval: the k of recall@k and nDCG@k")
-    bench.add_argument("--users", type=int, default=1000, help="distill, cost: generated users (default 1000)")
-    bench.add_argument("--sessions", type=int, default=6000, help="distill, cost: generated sessions (default "
-                                                                  "6000, about 100,000 messages)")
-    bench.add_argument("--days", type=int, default=14, help="distill, cost: days the sessions spread over")
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--json", action="store_true")
-    bench.set_defaults(func=cmd_bench)
+    bench = sub.add_parser("bench", help="benchmarks: distillation throughput and model cost, retrieval quality, "
+                                         "search latency at scale")
+    kinds = bench.add_subparsers(dest="kind", required=True)
+    retrieval = kinds.add_parser("retrieval", help="recall@k and nDCG@k per search mode over the labelled sample")
+    retrieval.add_argument("--k", type=int, default=5)
+    retrieval.add_argument("--json", action="store_true")
+    retrieval.set_defaults(func=cmd_bench)
+    for kind, text in (("distill", "messages/s per stage, peak memory and table sizes of a run over generated "
+                                   "transcripts, offline back ends"),
+                       ("cost", "model calls and tokens per 1,000 messages of the same run, against the instant "
+                                "wire-level model server")):
+        distill = kinds.add_parser(kind, help=text)
+        distill.add_argument("--users", type=int, default=1000, help="generated users (default 1,000)")
+        distill.add_argument("--sessions", type=int, default=6000,
+                             help="generated sessions (default 6,000: about 100,000 messages)")
+        distill.add_argument("--days", type=int, default=14, help="days the sessions spread over (default 14)")
+        distill.add_argument("--seed", type=int, default=0)
+        distill.add_argument("--json", action="store_true")
+        distill.set_defaults(func=cmd_bench_distill)
+    search_bench = kinds.add_parser(
+        "search", help="search latency (p50/p95/p99) and vector recall@10 on a synthetic database of its own")
+    search_bench.add_argument("--users", type=int, default=1_000, help="default 1,000")
+    search_bench.add_argument("--chunks", type=int, default=1_000_000, help="default 1,000,000")
+    search_bench.add_argument("--facts", type=int, default=100_000, help="default 100,000")
+    search_bench.add_argument("--queries", type=int, default=300, help="timed queries per path (default 300)")
+    search_bench.add_argument("--seed", type=int, default=0, help="of the data and the queries (default 0)")
+    search_bench.add_argument("--embedder", choices=["hashing", "configured"], default="hashing",
+                              help="hashing (default, fast to load) or the one MEMORY_EMBED_* configures")
+    search_bench.add_argument("--rebuild", action="store_true", help="build the database again even if it matches")
+    search_bench.add_argument("--json", action="store_true")
+    search_bench.set_defaults(func=cmd_bench_search)
 
     forget = sub.add_parser("forget", help="delete a user's (or session's) messages and everything derived")
     forget.add_argument("--user", required=True)

@@ -91,6 +91,7 @@ def _terms_hit(text: str, terms: Sequence[str]) -> int:
 class MemorySearch:
     def __init__(self, conn: psycopg.Connection, embedder: Embedder | None = None, *, admin: bool = False):
         self.conn, self.embedder, self.admin = conn, embedder, admin
+        self._last_vector: tuple[str, np.ndarray] | None = None  # one query embeds once across the stores
         if embedder is not None:
             register_vector(conn)  # a connection from outside the pool may not know the type yet
 
@@ -104,10 +105,15 @@ class MemorySearch:
     def _vector(self, text: str) -> np.ndarray | None:
         if self.embedder is None or not text.strip():
             return None
+        text = text[:MAX_QUERY_CHARS]
+        if self._last_vector is not None and self._last_vector[0] == text:
+            return self._last_vector[1]
         try:
-            return np.asarray(self.embedder.embed([text[:MAX_QUERY_CHARS]])[0], dtype=np.float32)
+            vector = np.asarray(self.embedder.embed([text])[0], dtype=np.float32)
         except EmbeddingError:
             return None  # the text paths still answer
+        self._last_vector = (text, vector)
+        return vector
 
     def _rows(self, name: str, params: dict) -> list[dict]:
         with self.conn.cursor(row_factory=dict_row) as cur:

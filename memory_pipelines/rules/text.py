@@ -49,7 +49,9 @@ def normalize(text: str) -> str:
 
 
 def _is_cjk(text: str) -> bool:
-    return any(unicodedata.name(ch, "").startswith(("CJK", "HIRAGANA", "KATAKANA")) for ch in text)
+    # ASCII has no CJK character: skip the name lookups for nearly every word
+    return not text.isascii() and any(unicodedata.name(ch, "").startswith(("CJK", "HIRAGANA", "KATAKANA"))
+                                      for ch in text)
 
 
 def detect_language(texts: list[str]) -> str:
