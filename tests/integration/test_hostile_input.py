@@ -14,13 +14,13 @@ from psycopg import sql
 
 from assets.definitions import all_assets
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from memory_pipelines.lifecycle import export_markdown
-from tests.helpers import ENTRY, materialize_partitions
+from memory_pipelines.lifecycle import export_markdown, forget
+from tests.helpers import materialize_partitions
 from tests.integration.test_cli import cli
 
 DAY = "2026-10-01"
 SESSION = "s-bob-0001"  # bob's session of DAY, copied for every hostile user
-HOSTILE = ("../../x", "a/b", "%", "_", "*", "a%b")
+HOSTILE = ("../../x", "a/b", "%", "_", "*", "a%b")  # a/b: what a%b would match as a LIKE pattern
 LONG_ID = "x" * 100_000
 # One argument may hold at most 128 KiB on Linux (MAX_ARG_STRLEN): the largest query a user
 # can pass on the command line. Megabytes go through the Python API (tests/assets/test_search.py).
@@ -79,7 +79,7 @@ def entry_keys(url: str, user: str) -> set[str]:
 
 def test_export_writes_inside_its_folder_only_whatever_the_user_id(url, env, tmp_path):
     before = rows_by_owner(url)
-    for number, user in enumerate(("../../x", "a/b", LONG_ID)):
+    for number, user in enumerate(("../../x", LONG_ID)):
         sandbox = tmp_path / f"sandbox-{number}"
         out = sandbox / "a" / "b" / "out"
         result = cli("export", "markdown", str(out), "--user", user, env=env)
@@ -109,20 +109,22 @@ def test_search_with_sql_looking_or_huge_arguments_stays_inside_one_user(url, en
     assert {k: v for k, v in after.items() if k[1] != "a%b"} == {k: v for k, v in before.items() if k[1] != "a%b"}
     assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in before.items()}
 
-    for user in ("bob' OR '1'='1", "%", LONG_ID):
-        found = cli("search", "port%' OR 1=1 --", "--user", user, "--json", env=env)
-        assert found.returncode == 0, found.stderr
-        assert {h["user_id"] for h in json.loads(found.stdout)} <= {user}
-    assert {k: v for k, v in rows_by_owner(url).items() if k[1] != "%"} == \
-        {k: v for k, v in after.items() if k[1] != "%"}
+    found = cli("search", "port%' OR 1=1 --", "--user", "bob' OR '1'='1", "--json", env=env)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout) == []  # no such user: nothing found, nothing touched
+    assert rows_by_owner(url) == after
 
 
 def test_forget_with_a_pattern_looking_user_id_removes_exactly_that_user(url, env):
     for user in ("%", "_", "*"):
         before = rows_by_owner(url)
         assert sum(count for (table, owner), (count, _) in before.items() if owner == user) > 0
-        result = cli("forget", "--user", user, env=env)
-        assert result.returncode == 0 and f"forgot user {user}: " in result.stdout, result.stderr
+        if user == "%":
+            result = cli("forget", "--user", user, env=env)
+            assert result.returncode == 0 and f"forgot user {user}: " in result.stdout, result.stderr
+        else:  # the command passes the id on unchanged: the API, without a process start each
+            with psycopg.connect(url) as conn, conn.transaction():
+                forget(conn, user)
         expected = {k: v for k, v in before.items() if k[1] != user and k[0] != "forgotten"}
         assert {k: v for k, v in rows_by_owner(url).items() if k[0] != "forgotten"} == expected
     with psycopg.connect(url) as conn:

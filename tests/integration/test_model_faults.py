@@ -1,5 +1,5 @@
-"""The model server failing at seeded request numbers (5xx, timeouts, closed connections,
-answers that are not JSON) while the whole graph runs: every failed call is reported,
+"""The model server failing at seeded requests (5xx, timeouts, closed connections, answers
+that are not JSON) while the whole graph runs in-process: every failed call is reported,
 nothing half-written is visible, and a run after the faults ends with an undisturbed run's
 tables."""
 
