@@ -9,9 +9,14 @@ database is reused while its parameters (recorded in `bench_search_meta`) match.
 
 Over a seeded query set drawn from the data (a user, and 2-4 content words of one of their
 chunks or facts, in a question template), each search path is timed once per query, a pass
-per path, with the query embedding precomputed (without) and computed in the call (with);
-recall@10 of the vector queries is measured against an exact search in numpy over that user's
-rows.
+per path (so a query rarely finds its user's rows in shared buffers, as on a server serving
+many users), one search object per request, with the query embedding precomputed (without)
+and computed in the call (with); recall@10 of the vector queries is measured against an
+exact search in numpy over that user's rows.
+
+The pipeline's HNSW indexes are not built: they index `embedding::vector(dim)` and the
+search queries order by `embedding <=> v`, so no search uses them; they would only lengthen
+the build. The tables other searches read (messages, sketches, knowledge entries) stay empty.
 """
 
 from __future__ import annotations
