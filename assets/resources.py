@@ -64,6 +64,7 @@ class ModelResource(dg.ConfigurableResource):
     input_usd_per_mtok: float | None = None
     output_usd_per_mtok: float | None = None
     token_budget: int = 0
+    batch_tokens: int = 8000
 
     @classmethod
     def from_config(cls, config: ModelConfig, *api_key_vars: str) -> "ModelResource":

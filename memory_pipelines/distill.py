@@ -20,10 +20,12 @@ from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.facts import render_for_extraction, validate_items
 from memory_pipelines.knowledge import ERROR_TTL, prepare, resolved_errors
-from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
+from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError, estimate_tokens, render_transcript
 from memory_pipelines.llm.prompts import EXTRACT_FACTS, JUDGE_SEGMENTS, SUMMARIZE_FACTS, SYNTHESIZE_KNOWLEDGE
-from memory_pipelines.models import Message, TimeWindow
-from memory_pipelines.segments import cut_segments, judge_session, judgement_fingerprint
+from memory_pipelines.models import Message, Segment, TimeWindow
+from memory_pipelines.segments import (
+    MISSING_VERDICT, SessionJudgement, cut_segments, judge_session, judge_sessions, judgement_fingerprint,
+)
 from memory_pipelines.summaries import (
     SUMMARY_CHUNK_CHARS, Day, DiscardFrom, FoldPlan, FoldStopped, VersionBuilt, VersionsReused, fold_session,
 )
@@ -63,23 +65,13 @@ def _day_window(partition_key: str) -> TimeWindow:
     return TimeWindow(start, start + ONE_DAY)
 
 
-def ensure_judged(conn: psycopg.Connection, session_id: str, partition_key: str, messages: Sequence[Message],
-                  judge: ModelBackend, ctx: CallContext) -> StageReport:
-    """Judge one session-day's segments unless the stored judgement already follows from
-    the same inputs. Runs inside the caller's transaction."""
+def _store_judgement(conn: psycopg.Connection, partition_key: str, judgement: SessionJudgement,
+                     judge: ModelBackend, ctx: CallContext) -> StageReport:
+    """Replace a session-day's segments with a judgement. Runs inside the caller's transaction."""
     report = StageReport()
-    segments = cut_segments(messages)
-    if not segments:
-        return report
-    if repository.segment_judgement_current(conn, session_id, partition_key, judgement_fingerprint(segments, judge)):
-        report.counts["segments_reused"] += len(segments)
-        return report
-    judgement = judge_session(segments, judge)
+    session_id = judgement.judged[0].segment.session_id
     repository.replace_segments(conn, judgement, partition_key, ctx.run_id,
                                 (judge.name, judge.model, judge.prompt_version(JUDGE_SEGMENTS)))
-    repository.insert_llm_calls(conn, [judgement.call], run_id=ctx.run_id, asset=ctx.asset,
-                                partition_key=partition_key, session_id=session_id)
-    report.calls.append(judgement.call)
     for judged in judgement.judged:
         report.counts["segments_judged"] += 1
         report.counts["segments_dropped"] += judged.dropped
@@ -92,8 +84,30 @@ def ensure_judged(conn: psycopg.Connection, session_id: str, partition_key: str,
             "dropped": judged.dropped, "reason": judged.verdict.reason, "confidence": judged.verdict.confidence,
             "first": judged.segment.messages[0].content,
         })
+    failed = sum(j.status == "failed" for j in judgement.judged)
     if judgement.call.status != "ok":
         report.failures.append(f"{session_id} {partition_key}: judging failed, all kept: {judgement.call.describe()}")
+    elif failed:
+        report.failures.append(f"{session_id} {partition_key}: {failed} segments kept unjudged: {MISSING_VERDICT}")
+    return report
+
+
+def ensure_judged(conn: psycopg.Connection, session_id: str, partition_key: str, messages: Sequence[Message],
+                  judge: ModelBackend, ctx: CallContext) -> StageReport:
+    """Judge one session-day's segments unless the stored judgement already follows from
+    the same inputs. Runs inside the caller's transaction."""
+    report = StageReport()
+    segments = cut_segments(messages)
+    if not segments:
+        return report
+    if repository.segment_judgement_current(conn, session_id, partition_key, judgement_fingerprint(segments, judge)):
+        report.counts["segments_reused"] += len(segments)
+        return report
+    judgement = judge_session(segments, judge)
+    report.merge(_store_judgement(conn, partition_key, judgement, judge, ctx))
+    repository.insert_llm_calls(conn, [judgement.call], run_id=ctx.run_id, asset=ctx.asset,
+                                partition_key=partition_key, session_id=session_id)
+    report.calls.append(judgement.call)
     return report
 
 
@@ -109,23 +123,69 @@ def _parallel(items: Sequence, work: Callable, concurrency: int) -> StageReport:
     return report
 
 
+# An answer's length grows with the segments asked about: cap them as well as the prompt.
+MAX_SEGMENTS_PER_CALL = 100
+
+
+def pack_sessions(sessions: Sequence[Sequence[Segment]], batch_tokens: int) -> list[list[Sequence[Segment]]]:
+    """Consecutive sessions grouped into calls of at most `batch_tokens` prompt tokens
+    (estimated) and MAX_SEGMENTS_PER_CALL segments; a session is never split, and one
+    larger than the limit gets a call of its own. 0 tokens: one session per call."""
+    batches: list[list[Sequence[Segment]]] = []
+    tokens = count = 0
+    for segments in sessions:
+        size = sum(estimate_tokens(render_transcript(s.messages)) for s in segments)
+        if not batches or tokens + size > batch_tokens or count + len(segments) > MAX_SEGMENTS_PER_CALL:
+            batches.append([])
+            tokens = count = 0
+        batches[-1].append(segments)
+        tokens += size
+        count += len(segments)
+    return batches
+
+
 def judge_days(pool: ConnectionPool, partition_keys: Sequence[str], judge: ModelBackend, ctx: CallContext,
                concurrency: int = 1) -> StageReport:
-    """conversation_segments for each day: every non-temp session's segments, judged."""
+    """conversation_segments for each day: every non-temp session's segments, judged. The
+    sessions whose judgement is not current share calls (`batch_tokens` of the decision
+    model's configuration): a segment is short, and a call per session is most of the cost."""
     report = StageReport()
     for key in partition_keys:
+        pending: list[list[Segment]] = []
         with pool.connection() as conn:
             by_session: dict[str, list[Message]] = defaultdict(list)
             for message in repository.messages_in_window(conn, _day_window(key)):
                 by_session[message.session_id].append(message)
+            for session_id, messages in sorted(by_session.items()):
+                segments = cut_segments(messages)
+                if not segments:
+                    continue
+                if repository.segment_judgement_current(conn, session_id, key,
+                                                        judgement_fingerprint(segments, judge)):
+                    report.counts["segments_reused"] += len(segments)
+                else:
+                    pending.append(segments)
 
-        def work(item, key=key) -> StageReport:
-            session_id, messages = item
-            with pool.connection() as conn, conn.transaction():
-                repository.lock_session(conn, session_id)
-                return ensure_judged(conn, session_id, key, messages, judge, ctx)
+        def work(batch: list[Sequence[Segment]], key=key) -> StageReport:
+            part = StageReport()
+            judgements = judge_sessions(batch, judge)
+            call = judgements[0].call
+            with pool.connection() as conn:
+                with conn.transaction():
+                    repository.insert_llm_calls(conn, [call], run_id=ctx.run_id, asset=ctx.asset, partition_key=key,
+                                                session_id=batch[0][0].session_id if len(batch) == 1 else None)
+                part.calls.append(call)
+                part.counts["judge_calls_shared"] += len(batch) > 1
+                for judgement in judgements:
+                    session_id = judgement.judged[0].segment.session_id
+                    with conn.transaction():
+                        repository.lock_session(conn, session_id)
+                        # a concurrent run may have stored the same judgement while this one asked
+                        if not repository.segment_judgement_current(conn, session_id, key, judgement.fingerprint):
+                            part.merge(_store_judgement(conn, key, judgement, judge, ctx))
+            return part
 
-        report.merge(_parallel(sorted(by_session.items()), work, concurrency))
+        report.merge(_parallel(pack_sessions(pending, judge.config.batch_tokens), work, concurrency))
         report.counts["sessions"] += len(by_session)
     return report
 

@@ -55,14 +55,26 @@ class SessionJudgement:
     call: ModelCall
 
 
-def judge_session(segments: Sequence[Segment], backend: ModelBackend) -> SessionJudgement:
-    """Judge one session's segments of a window in one call. If judging fails, every
-    segment is kept (and marked failed, so a later run judges it again)."""
-    fingerprint = judgement_fingerprint(segments, backend)
+MISSING_VERDICT = "the answer gave no verdict for this segment"
+KEPT = NoiseVerdict(False, 0.0)
+
+
+def judge_sessions(sessions: Sequence[Sequence[Segment]], backend: ModelBackend) -> list[SessionJudgement]:
+    """Judge several sessions' segments of a window in one call, all sharing it. If judging
+    fails, every segment is kept (and marked failed, so a later run judges it again); a
+    segment the answer left out is kept and marked failed the same way."""
+    fingerprints = [judgement_fingerprint(segments, backend) for segments in sessions]
     try:
-        verdicts, call = backend.judge_segments(segments)
+        verdicts, call = backend.judge_sessions(sessions)
     except ModelError as exc:
-        kept = NoiseVerdict(False, 0.0)
-        return SessionJudgement(fingerprint, tuple(JudgedSegment(s, kept, "failed", exc.call.error) for s in segments),
-                                exc.call)
-    return SessionJudgement(fingerprint, tuple(JudgedSegment(s, v, "ok") for s, v in zip(segments, verdicts)), call)
+        return [SessionJudgement(fp, tuple(JudgedSegment(s, KEPT, "failed", exc.call.error) for s in segments),
+                                 exc.call) for fp, segments in zip(fingerprints, sessions)]
+    return [SessionJudgement(fp, tuple(JudgedSegment(s, v, "ok") if v is not None
+                                       else JudgedSegment(s, KEPT, "failed", MISSING_VERDICT)
+                                       for s, v in zip(segments, session_verdicts)), call)
+            for fp, segments, session_verdicts in zip(fingerprints, sessions, verdicts)]
+
+
+def judge_session(segments: Sequence[Segment], backend: ModelBackend) -> SessionJudgement:
+    """Judge one session's segments of a window in one call."""
+    return judge_sessions([segments], backend)[0]

@@ -136,7 +136,14 @@ class ModelBackend(ABC):
     def prompt_version(self, prompt: Prompt) -> str: ...
 
     @abstractmethod
-    def judge_segments(self, segments: Sequence[Segment]) -> tuple[list[NoiseVerdict], ModelCall]: ...
+    def judge_sessions(self, sessions: Sequence[Sequence[Segment]]
+                       ) -> tuple[list[list[NoiseVerdict | None]], ModelCall]:
+        """Verdicts for several sessions' segments in one call, one list per session in
+        order; None where the answer left a segment out."""
+
+    def judge_segments(self, segments: Sequence[Segment]) -> tuple[list[NoiseVerdict | None], ModelCall]:
+        verdicts, call = self.judge_sessions([segments])
+        return verdicts[0], call
 
     @abstractmethod
     def find_overturned(self, previous: Summary, messages: Sequence[Message]) -> tuple[set[str], ModelCall]: ...
@@ -177,9 +184,9 @@ class RulesBackend(ModelBackend):
         output = json.dumps(result, default=lambda o: o.to_json() if hasattr(o, "to_json") else str(o))
         return result, self._call(prompt, estimate_tokens(input_text), estimate_tokens(output), True, started, "ok")
 
-    def judge_segments(self, segments):
-        text = "\n\n".join(render_transcript(s.messages) for s in segments)
-        return self._run(JUDGE_SEGMENTS, text, lambda: rules_noise.judge_segments(segments))
+    def judge_sessions(self, sessions):
+        text = "\n\n".join(render_transcript(s.messages) for segments in sessions for s in segments)
+        return self._run(JUDGE_SEGMENTS, text, lambda: [rules_noise.judge_segments(segments) for segments in sessions])
 
     def find_overturned(self, previous, messages):
         text = json.dumps(previous.to_json()) + render_transcript(messages)
@@ -240,24 +247,26 @@ class PromptedBackend(ModelBackend):
             raise ModelError(call("unparsable", tokens_in, tokens_out, text, f"{exc}: {text[:200]!r}", attempts)) from exc
         return result, call("ok", tokens_in, tokens_out, text, attempts=attempts)
 
-    def judge_segments(self, segments):
-        listing = "\n\n".join(f"### segment {s.segment_id}\n{render_transcript(s.messages)}" for s in segments)
+    def judge_sessions(self, sessions):
+        listing = "\n\n".join(
+            f"## conversation {segments[0].session_id}\n\n" + "\n\n".join(
+                f"### segment {s.segment_id}\n{render_transcript(s.messages)}" for s in segments)
+            for segments in sessions if segments)
+
+        def verdict(item: Any) -> NoiseVerdict | None:
+            if item is None:
+                return None
+            confidence = float(item.get("confidence", 0))
+            if not 0 <= confidence <= 1:
+                raise SummaryFormatError(f"confidence out of range: {confidence}")
+            noisy = bool(item.get("noise"))
+            return NoiseVerdict(noisy, confidence, (item.get("reason") or None) if noisy else None)
 
         def parse(data):
             if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
                 raise SummaryFormatError('expected {"segments": [...]}')
             by_id = {str(item.get("id")): item for item in data["segments"] if isinstance(item, dict)}
-            verdicts = []
-            for s in segments:
-                item = by_id.get(s.segment_id)
-                if item is None:
-                    raise SummaryFormatError(f"no verdict for segment {s.segment_id}")
-                confidence = float(item.get("confidence", 0))
-                if not 0 <= confidence <= 1:
-                    raise SummaryFormatError(f"confidence out of range: {confidence}")
-                noisy = bool(item.get("noise"))
-                verdicts.append(NoiseVerdict(noisy, confidence, (item.get("reason") or None) if noisy else None))
-            return verdicts
+            return [[verdict(by_id.get(s.segment_id)) for s in segments] for segments in sessions]
 
         return self._ask(JUDGE_SEGMENTS, JUDGE_SEGMENTS.system, listing, parse)
 

@@ -32,12 +32,16 @@ class ModelConfig:
     output_usd_per_mtok: float | None = None
     # the most tokens one run may spend on model calls, every back end counted; 0: no limit
     token_budget: int = 0
+    # prompt tokens (estimated) of one call that judges several sessions' segments; 0: a call per session
+    batch_tokens: int = 8000
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"model back end must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.timeout_s <= 0 or self.retries < 0 or self.concurrency < 1 or self.backoff_s < 0:
             raise ConfigError("model timeout must be > 0, retries >= 0, backoff >= 0, concurrency >= 1")
+        if self.batch_tokens < 0:
+            raise ConfigError("model BATCH_TOKENS must be >= 0 (0: one session per call)")
         if self.token_budget < 0:
             raise ConfigError("MEMORY_RUN_TOKEN_BUDGET must be >= 0 (0: no limit)")
 
@@ -74,6 +78,7 @@ class ModelConfig:
             input_usd_per_mtok=price.input_usd_per_mtok if price else None,
             output_usd_per_mtok=price.output_usd_per_mtok if price else None,
             token_budget=env_number("MEMORY_RUN_TOKEN_BUDGET", int, 0),
+            batch_tokens=number("BATCH_TOKENS", int, inherited.batch_tokens),
         )
 
 

@@ -18,9 +18,11 @@ class Prompt:
 
 
 JUDGE_SEGMENTS = Prompt("judge_segments", """\
-You filter conversation segments before they are summarized. A segment is one user
-message and the replies after it. Judge each segment: is it noise? Noise is a greeting,
-thanks, the user repeating the same request, or a failed or cancelled turn with no result.
+You filter conversation segments before they are summarized. Below are the segments of
+one or more conversations, each conversation under its own "## conversation" heading. A
+segment is one user message and the replies after it. Judge each segment: is it noise?
+Noise is a greeting, thanks, the user repeating a request made earlier in the same
+conversation, or a failed or cancelled turn with no result.
 Anything with information, a decision, a question that was answered or a tool result is
 not noise. Give your confidence from 0 to 1.
 Reply with one JSON object only:

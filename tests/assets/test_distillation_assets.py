@@ -14,7 +14,8 @@ from assets.partitions import TRANSIENT_RETRIES
 from assets.resources import ModelResource
 from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from tests.fakes import FakeModelServer, Fault
+from memory_pipelines.segments import MISSING_VERDICT
+from tests.fakes import FakeModelServer, Fault, default_answer
 from tests.helpers import content_fingerprints, materialize_partitions, materialize_range, pipeline_resources
 
 PIPELINE = [transcripts, conversation_segments, session_summaries]
@@ -102,6 +103,43 @@ def test_summary_calls_go_to_the_configured_server_one_per_chunk(database_url, s
     # decisions stay with the rules back end unless MEMORY_DECISION_BACKEND says otherwise
     assert server.by_purpose("judge_segments") == []
     assert one(database_url, "SELECT count(*) FROM llm_calls WHERE purpose = 'judge_segments' AND backend = 'rules'") > 0
+
+
+def test_a_days_sessions_share_judging_calls_and_a_left_out_session_is_judged_again(database_url, server):
+    """All sessions of a day go in one judging call; a session the answer leaves out is
+    kept unjudged (failed), and only it is asked about again on the next run."""
+    left_out = []
+
+    def answer(request, number):
+        reply = default_answer(request, number)
+        if request.purpose == "judge_segments" and not left_out and request.user.count("## conversation ") > 1:
+            left_out.append(request.user.split("## conversation ", 2)[1].split()[0])
+            reply["segments"] = [v for v in reply["segments"] if not v["id"].startswith(left_out[0] + ":")]
+        return reply
+
+    server.answer = answer
+    resources = pipeline_resources(database_url, SAMPLE_TRANSCRIPTS, decision=ollama(server))
+    materialize_partitions([transcripts, conversation_segments], DAYS, database_url, SAMPLE_TRANSCRIPTS,
+                           resources=resources)
+    per_day = dict(rows(database_url, "SELECT partition_key, count(DISTINCT session_id) FROM conversation_segments "
+                                      "GROUP BY 1"))
+    # every session-day asked about once, in far fewer calls than session-days
+    assert sum(r.user.count("## conversation ") for r in server.requests) == sum(per_day.values())
+    assert len(server.requests) <= len(per_day) + 2 < sum(per_day.values())
+    [session] = left_out
+    failed = rows(database_url, "SELECT DISTINCT session_id, judge_error FROM conversation_segments "
+                                "WHERE judge_status = 'failed'")
+    assert failed == [(session, MISSING_VERDICT)]
+    assert one(database_url, "SELECT count(*) FROM llm_calls WHERE purpose = 'judge_segments' "
+                             "AND session_id IS NULL") == sum(r.user.count("## conversation ") > 1
+                                                              for r in server.requests)
+    asked = len(server.requests)
+    materialize_partitions([transcripts, conversation_segments], DAYS, database_url, SAMPLE_TRANSCRIPTS,
+                           resources=resources)
+    again = server.requests[asked:]
+    assert len(again) == 1 and again[0].user.count("## conversation ") == 1 and f"conversation {session}\n" in \
+        again[0].user
+    assert one(database_url, "SELECT count(*) FROM conversation_segments WHERE judge_status = 'failed'") == 0
 
 
 def fail_third_chunk(server: FakeModelServer, fault: Fault, *, every_attempt: bool):

@@ -111,6 +111,18 @@ def test_judge_and_relevance_over_http(server):
     assert picked.key_decisions == ("Do: x",)
 
 
+def test_several_sessions_share_one_judging_call(server):
+    other = [Message("s2", 1, "u2", "user", "thanks!", m.ts, "h3", "f", 3) for m in _messages()[:1]]
+    both = [cut_segments(_messages()), cut_segments(other)]
+    server.answer = lambda request, number: {"segments": [{"id": "s2:1", "noise": True, "reason": "thanks",
+                                                           "confidence": 0.9}]}
+    verdicts, call = _backend("ollama", server).judge_sessions(both)
+    [request] = server.requests
+    assert request.user.count("## conversation ") == 2 and "### segment s1:1" in request.user
+    # the segment the answer left out has no verdict; the other keeps its own
+    assert verdicts[0] == [None] and verdicts[1][0].reason == "thanks" and call.status == "ok"
+
+
 def test_configuration_from_environment(monkeypatch):
     monkeypatch.setenv("MEMORY_LLM_BACKEND", "ollama")
     monkeypatch.setenv("MEMORY_LLM_BASE_URL", "http://127.0.0.1:9/")

@@ -12,7 +12,8 @@ from memory_pipelines.models import Message, Summary, TimeWindow
 from memory_pipelines.rules.noise import judge_segments
 from memory_pipelines.rules.summary import overturned_entries, relevant_entries, summarize
 from memory_pipelines.rules.text import detect_language
-from memory_pipelines.segments import cut_segments
+from memory_pipelines.distill import MAX_SEGMENTS_PER_CALL, pack_sessions
+from memory_pipelines.segments import cut_segments, judge_sessions
 from memory_pipelines.summaries import (
     Day, DiscardFrom, FoldPlan, SummaryState, VersionBuilt, VersionsReused, chunk_messages, fold_session, rendered_length,
 )
@@ -103,6 +104,26 @@ def test_the_last_unanswered_request_of_a_window_is_not_noise():
 def test_a_failed_repeat_is_not_both_dropped():
     segments = cut_segments(conversation(("user", "run the tests"), ("user", "run the tests"), ("assistant", "9 passed")))
     assert [v.noise for v in judge_segments(segments)] == [True, False]
+
+
+def test_sessions_judged_together_keep_their_own_context():
+    """A repeat counts within its own session only, however the sessions share a call."""
+    first = cut_segments([msg(1, "user", "run the tests", session="a"), msg(2, "assistant", "9 passed", session="a")])
+    second = cut_segments([msg(1, "user", "run the tests", session="b"), msg(2, "assistant", "9 passed", session="b"),
+                           msg(3, "user", "run the tests", session="b"), msg(4, "assistant", "9 passed", session="b")])
+    judgements = judge_sessions([first, second], RULES)
+    assert [[j.verdict.reason for j in judged.judged] for judged in judgements] == [[None], [None, "repeated_request"]]
+    assert judgements[0].call is judgements[1].call
+
+
+def test_sessions_are_packed_into_calls_by_tokens_and_segments():
+    short = [cut_segments([msg(1, "user", f"question {n}", session=f"s{n}")]) for n in range(6)]
+    assert [len(b) for b in pack_sessions(short, 8000)] == [6]
+    assert [len(b) for b in pack_sessions(short, 0)] == [1] * 6
+    big = cut_segments([msg(1, "user", "x" * 4000, session="big")])  # about 1,000 tokens
+    assert [len(b) for b in pack_sessions([short[0], big, short[1]], 600)] == [1, 1, 1]
+    many = cut_segments([msg(i, "user", "again?") for i in range(1, MAX_SEGMENTS_PER_CALL)])
+    assert [len(b) for b in pack_sessions([many, short[0], short[1]], 10**6)] == [2, 1]
 
 
 # --- rules summaries --------------------------------------------------------------------
