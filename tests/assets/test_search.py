@@ -102,6 +102,18 @@ def test_freshness_before_summary_and_empty_query(conn):
     assert len(recent) == 3 and ended == sorted(ended, reverse=True)
 
 
+def test_chunk_text_path_without_breadcrumbs_matches_content_alone(conn):
+    """alice's session summary keys name fakeredis: it joins the breadcrumbs of chunks that
+    do not say it."""
+    search = MemorySearch(conn, EMBEDDER)
+    with_crumbs = {h.id for h in search.search_chunks("fakeredis", "alice", limit=20, mode="text")}
+    content_only = {h.id for h in search.search_chunks("fakeredis", "alice", limit=20, mode="text",
+                                                       breadcrumbs=False)}
+    holding = {r[0] for r in conn.execute(
+        "SELECT id FROM memory_chunks WHERE user_id = 'alice' AND content ILIKE '%fakeredis%'")}
+    assert holding and content_only == holding and holding < with_crumbs
+
+
 def test_archive_keyword_search_widens_hits(conn):
     hits = MemorySearch(conn, EMBEDDER).search_archive("envoy", "bob", limit=3)
     assert hits and all("envoy" in h.text.lower() for h in hits)
