@@ -383,7 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks: distillation throughput and model cost, retrieval quality, "
                                          "search latency at scale")
     kinds = bench.add_subparsers(dest="kind", required=True)
-    retrieval = kinds.add_parser("retrieval", help="recall@k and nDCG@k per search mode over the labelled sample")
+    retrieval = kinds.add_parser("retrieval", help="recall@k and nDCG@k over the labelled sample: each chunk "
+                                                   "search mode, unified search, what extra keys of chunks add")
     retrieval.add_argument("--k", type=int, default=5)
     retrieval.add_argument("--json", action="store_true")
     retrieval.set_defaults(func=cmd_bench)

@@ -153,13 +153,14 @@ class MemorySearch:
     # --- raw chunks -----------------------------------------------------------------
 
     def search_chunks(self, text: str, user_id: str | None, session_id: str | None = None, limit: int = 8,
-                      mode: str = "hybrid") -> list[MemoryHit]:
+                      mode: str = "hybrid", *, breadcrumbs: bool = True) -> list[MemoryHit]:
         """Raw chunks for a query. `hybrid` (the default, it measured best: see README):
         vector and text rankings fused by reciprocal rank, keeping hits that match a term or
         lie within the vector cutoff; `tiered` (navi): vector first (cosine distance below
         0.45), else text; `vector` and `text` alone for comparison. The text path is full
-        text plus ILIKE over content and breadcrumbs, scored by terms hit. An empty query
-        returns the most recent chunks."""
+        text plus ILIKE over content and breadcrumbs, scored by terms hit; `breadcrumbs=False`
+        matches and scores content alone there (`bench retrieval` measures what they add). An
+        empty query returns the most recent chunks."""
         scope = {**self._scope(user_id), "session_id": session_id}
         terms = query_terms(text)
         if not terms and not normalize_query(text):
@@ -168,7 +169,7 @@ class MemorySearch:
         vector_hits = self._chunk_vector(text, scope, wide, cutoff=mode == "tiered") if mode != "text" else []
         if mode == "vector" or (mode == "tiered" and vector_hits):
             return vector_hits[:limit]
-        text_hits = self._chunk_text(terms, scope, wide)
+        text_hits = self._chunk_text(terms, scope, wide, breadcrumbs)
         if mode in ("tiered", "text"):
             return text_hits[:limit]
         fused = fuse_rrf([vector_hits, text_hits])
@@ -184,14 +185,15 @@ class MemorySearch:
         return [self._chunk_hit(r, 1 - r["distance"], 1 - r["distance"], None) for r in rows
                 if not cutoff or r["distance"] < CHUNK_MAX_DISTANCE]
 
-    def _chunk_text(self, terms: Sequence[str], scope: dict, limit: int) -> list[MemoryHit]:
+    def _chunk_text(self, terms: Sequence[str], scope: dict, limit: int, breadcrumbs: bool) -> list[MemoryHit]:
         if not terms:
             return []
         rows = self._rows("chunk_text_search", {**scope, "tsquery": _tsquery(terms), "patterns": _patterns(terms),
                                                 "scan_limit": limit * 5})
         scored = []
         for rank, row in enumerate(rows):
-            hit = _terms_hit(row["content"] + " " + " ".join(row["breadcrumbs"]), terms)
+            # without breadcrumbs, a row the query found only through them scores 0 and leaves
+            hit = _terms_hit(row["content"] + (" " + " ".join(row["breadcrumbs"]) if breadcrumbs else ""), terms)
             scored.append((hit, -rank, row))
         scored.sort(key=lambda x: (-x[0], -x[1]))
         return [self._chunk_hit(r, float(n), None, n) for n, _, r in scored[:limit] if n > 0]

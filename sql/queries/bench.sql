@@ -63,3 +63,51 @@ SELECT id, embedding FROM memory_chunks WHERE user_id = %(user_id)s AND embeddin
 -- name: bench_user_fact_vectors
 SELECT id, embedding FROM memory_facts
 WHERE user_id = %(user_id)s AND embedding_model = %(model)s AND merged_into IS NULL;
+
+-- name: bench_relevant_counts
+-- What holds every needle (case-insensitive substring, as the benchmark judges a hit): the
+-- user's chunks, and everything unified search can return to that user — chunks, current
+-- facts, sketches, and knowledge entries of theirs (entity or session scope) or global ones
+-- that have not expired.
+SELECT
+    (SELECT count(*) FROM memory_chunks WHERE user_id = %(user_id)s
+       AND NOT EXISTS (SELECT 1 FROM unnest(%(needles)s::text[]) n WHERE strpos(lower(content), lower(n)) = 0))
+      AS chunks,
+    (SELECT count(*) FROM memory_facts WHERE user_id = %(user_id)s AND merged_into IS NULL
+       AND NOT EXISTS (SELECT 1 FROM unnest(%(needles)s::text[]) n
+                       WHERE strpos(lower(key || ': ' || value), lower(n)) = 0))
+    + (SELECT count(*) FROM sketches WHERE user_id = %(user_id)s
+       AND NOT EXISTS (SELECT 1 FROM unnest(%(needles)s::text[]) n
+                       WHERE strpos(lower(key || ': ' || value), lower(n)) = 0))
+    + (SELECT count(*) FROM knowledge_entries
+       WHERE (scope = 'global' OR (user_id = %(user_id)s AND scope IN ('entity', 'session')))
+       AND (valid_until IS NULL OR valid_until > now())
+       AND NOT EXISTS (SELECT 1 FROM unnest(%(needles)s::text[]) n
+                       WHERE strpos(lower(title || ': ' || content), lower(n)) = 0))
+      AS other_stores;
+
+-- name: bench_chunks_holding_facts
+-- Facts as an extra key of chunks: the chunks that hold each fact's source messages, in the
+-- order the facts are given.
+SELECT c.id, c.user_id, c.session_id, c.start_seq, c.end_seq, c.ended_at, c.content, f.ord
+FROM unnest(%(fact_ids)s::bigint[]) WITH ORDINALITY AS f (fact_id, ord)
+JOIN memory_facts m ON m.id = f.fact_id
+JOIN memory_chunks c ON c.user_id = m.user_id AND c.session_id = m.session_id
+                    AND c.start_seq <= m.seq_end AND c.end_seq >= m.seq_start
+ORDER BY f.ord, c.start_seq, c.id;
+
+-- name: bench_chunks_keyed_by_summaries
+-- Session summaries as an extra key of chunks: every chunk of a session of the user whose
+-- summary entries (decisions, past and current discussion; its keys already reach chunks as
+-- breadcrumbs) contain a query term, with those entries for scoring.
+SELECT c.id, c.user_id, c.session_id, c.start_seq, c.end_seq, c.ended_at, c.content, e.entries
+FROM session_summaries s
+CROSS JOIN LATERAL (
+    SELECT concat_ws(' ', s.summary ->> 'current_discussion',
+                     (SELECT string_agg(v, ' ') FROM jsonb_array_elements_text(
+                         coalesce(s.summary -> 'key_decisions', '[]') || coalesce(s.summary -> 'past_discussions', '[]'))
+                      AS v)) AS entries) e
+JOIN memory_chunks c ON c.session_id = s.session_id AND c.user_id = s.user_id
+WHERE s.user_id = %(user_id)s
+  AND EXISTS (SELECT 1 FROM unnest(%(terms)s::text[]) t WHERE strpos(lower(e.entries), t) > 0)
+ORDER BY c.ended_at DESC, c.id;

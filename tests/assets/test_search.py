@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from assets.definitions import all_assets
 from assets.resources import EmbedderResource
 from assets.search_assets import memory_embeddings
+from memory_pipelines import bench
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import EmbedConfig, build_embedder
@@ -100,6 +101,36 @@ def test_freshness_before_summary_and_empty_query(conn):
     recent = MemorySearch(conn, EMBEDDER).search_chunks("  ?!  ", "bob", limit=3)
     ended = [h.timestamp for h in recent]
     assert len(recent) == 3 and ended == sorted(ended, reverse=True)
+
+
+def test_chunk_text_path_without_breadcrumbs_matches_content_alone(conn):
+    """alice's session summary keys name fakeredis: it joins the breadcrumbs of chunks that
+    do not say it."""
+    search = MemorySearch(conn, EMBEDDER)
+    with_crumbs = {h.id for h in search.search_chunks("fakeredis", "alice", limit=20, mode="text")}
+    content_only = {h.id for h in search.search_chunks("fakeredis", "alice", limit=20, mode="text",
+                                                       breadcrumbs=False)}
+    holding = {r[0] for r in conn.execute(
+        "SELECT id FROM memory_chunks WHERE user_id = 'alice' AND content ILIKE '%fakeredis%'")}
+    assert holding and content_only == holding and holding < with_crumbs
+
+
+def test_bench_retrieval_scores_every_row_and_changes_nothing(conn):
+    accesses = "SELECT (SELECT sum(access_count) FROM memory_facts) + (SELECT sum(access_count) FROM knowledge_entries)"
+    before = conn.execute(accesses).fetchone()[0]
+    scores = {s.mode: s for s in bench.retrieval(conn, EMBEDDER, k=5)}
+    assert list(scores) == ["vector", "text", "hybrid", "tiered", "unified", "text - breadcrumbs",
+                            "hybrid - breadcrumbs", "hybrid + facts", "hybrid + summaries",
+                            "hybrid + facts + summaries"]
+    assert all(0 <= s.recall_at_k <= 1 and 0 <= s.ndcg_at_k <= 1 for s in scores.values())
+    assert {s.questions for s in scores.values()} == {scores["hybrid"].questions} and scores["hybrid"].questions >= 20
+    assert scores["unified"].recall_at_k > 0.5
+    # the text path does not embed: these two hold for any embedder. Breadcrumbs rank relevant
+    # chunks higher there; each extra key moves hybrid's ranking.
+    assert scores["text - breadcrumbs"].ndcg_at_k < scores["text"].ndcg_at_k
+    for row in ("hybrid + facts", "hybrid + summaries"):
+        assert scores[row].ndcg_at_k != scores["hybrid"].ndcg_at_k, row
+    assert conn.execute(accesses).fetchone()[0] == before  # unified search counted them in a rolled-back transaction
 
 
 def test_archive_keyword_search_widens_hits(conn):

@@ -117,8 +117,11 @@ def test_embedded_default_run_then_psql_then_rerun_identical(tmp_path):
         bench = cli("bench", "retrieval", "--json", env=env)
         assert bench.returncode == 0, bench.stderr
         modes = {m["mode"]: m for m in json.loads(bench.stdout)["modes"]}
-        assert set(modes) == {"vector", "text", "hybrid", "tiered"} and modes["hybrid"]["questions"] >= 20
+        assert set(modes) == {"vector", "text", "hybrid", "tiered", "unified", "text - breadcrumbs",
+                              "hybrid - breadcrumbs", "hybrid + facts", "hybrid + summaries",
+                              "hybrid + facts + summaries"} and modes["hybrid"]["questions"] >= 20
         assert modes["hybrid"]["recall_at_k"] >= modes["vector"]["recall_at_k"]
+        assert modes["unified"]["questions"] == modes["hybrid"]["questions"] and modes["unified"]["recall_at_k"] > 0
         knowledge = cli("search", "ledger-api", "--user", "bob", "--scope", "knowledge", env=env)
         assert knowledge.returncode == 0 and ". knowledge [" in knowledge.stdout
         exported = cli("export", "markdown", str(tmp_path / "md"), "--user", "bob", env=env)
