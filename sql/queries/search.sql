@@ -26,21 +26,8 @@ COPY embedding_load (id, embedding) FROM STDIN WITH (FORMAT BINARY);
 UPDATE {table} AS t SET embedding = l.embedding, embedding_model = %(model)s
 FROM embedding_load AS l WHERE t.id = l.id;
 
--- name: embedding_indexes
-SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = %(table)s
-  AND indexname LIKE %(prefix)s;
-
--- name: create_hnsw_index
--- One HNSW index per table and embedding model: a partial index over rows of that model,
--- on the vector cast to its dimension, so dimensions never mix in one index.
-CREATE INDEX IF NOT EXISTS {index} ON {table}
-USING hnsw ((embedding::vector({dimension})) vector_cosine_ops) WHERE embedding_model = {model};
-
 -- name: drop_index
 DROP INDEX IF EXISTS {index};
-
--- name: embedding_counts
-SELECT embedding_model, count(*) FROM {table} GROUP BY 1 ORDER BY 1;
 
 -- name: fact_vector_search
 SELECT id, user_id, category, key, value, confidence, last_verified_at, session_id, seq_start, seq_end,
