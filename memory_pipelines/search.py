@@ -27,6 +27,8 @@ RECALL_MIN_TERMS = 2
 RECALL_LEDGER_SIZE = 100
 MAX_QUERY_CHARS = 1000
 MAX_TERMS = 16
+# Chunk full-text candidates kept per hit wanted: ranked in SQL before any content is read.
+TEXT_CANDIDATES_PER_HIT = 2
 SCOPES = ("all", "facts", "raw", "sketches", "knowledge")
 _TERM = re.compile(r"\w+", re.UNICODE)
 
@@ -77,10 +79,10 @@ def _patterns(terms: Sequence[str]) -> list[str]:
     return [f"%{_escape_like(t)}%" for t in terms]
 
 
-def _tsquery(terms: Sequence[str]) -> str:
+def _tsquery(terms: Sequence[str], prefix: bool = False) -> str:
     # terms are \w+ only, so the OR query cannot carry tsquery syntax; no terms: an empty
     # query, which matches nothing
-    return " | ".join(terms)
+    return " | ".join(t + ":*" if prefix else t for t in terms)
 
 
 def _terms_hit(text: str, terms: Sequence[str]) -> int:
@@ -157,43 +159,41 @@ class MemorySearch:
         """Raw chunks for a query. `hybrid` (the default, it measured best: see README):
         vector and text rankings fused by reciprocal rank, keeping hits that match a term or
         lie within the vector cutoff; `tiered` (navi): vector first (cosine distance below
-        0.45), else text; `vector` and `text` alone for comparison. The text path is full
-        text plus ILIKE over content and breadcrumbs, scored by terms hit. An empty query
-        returns the most recent chunks."""
+        0.45), else text; `vector` and `text` alone for comparison. The text path takes
+        full-text candidates (any term) from the index and scores them by terms hit over
+        content and breadcrumbs. One statement serves both paths. An empty query returns the
+        most recent chunks."""
         scope = {**self._scope(user_id), "session_id": session_id}
         terms = query_terms(text)
         if not terms and not normalize_query(text):
             return [self._chunk_hit(r, 0.0, None, 0) for r in self._rows("recent_chunks", {**scope, "limit": limit})]
         wide = limit * 4 if mode == "hybrid" else limit
-        vector_hits = self._chunk_vector(text, scope, wide, cutoff=mode == "tiered") if mode != "text" else []
+        vector = self._vector(text) if mode != "text" else None
+        rows = self._rows("chunk_search", {
+            **scope, "match": _tsquery(terms, prefix=True), "rank": _tsquery(terms),
+            "vector": vector, "model": self.embedder.model_id if vector is not None else None,
+            "vector_limit": wide if vector is not None else 0,
+            "text_limit": wide * TEXT_CANDIDATES_PER_HIT if mode != "vector" and terms else 0})
+        vector_hits = [self._chunk_hit(r, 1 - r["distance"], 1 - r["distance"], None) for r in rows
+                       if r["vector_rank"] is not None and (mode != "tiered" or r["distance"] < CHUNK_MAX_DISTANCE)]
         if mode == "vector" or (mode == "tiered" and vector_hits):
             return vector_hits[:limit]
-        text_hits = self._chunk_text(terms, scope, wide)
+        text_hits = self._chunk_text(rows, terms, wide)
         if mode in ("tiered", "text"):
             return text_hits[:limit]
         fused = fuse_rrf([vector_hits, text_hits])
         return [h for h in fused if (h.matched_terms or 0) > 0
                 or (h.similarity or 0) >= 1 - CHUNK_MAX_DISTANCE][:limit]
 
-    def _chunk_vector(self, text: str, scope: dict, limit: int, cutoff: bool) -> list[MemoryHit]:
-        vector = self._vector(text)
-        if vector is None:
-            return []
-        rows = self._rows("chunk_vector_search", {**scope, "vector": vector, "model": self.embedder.model_id,
-                                                  "limit": limit})
-        return [self._chunk_hit(r, 1 - r["distance"], 1 - r["distance"], None) for r in rows
-                if not cutoff or r["distance"] < CHUNK_MAX_DISTANCE]
-
-    def _chunk_text(self, terms: Sequence[str], scope: dict, limit: int) -> list[MemoryHit]:
-        if not terms:
-            return []
-        rows = self._rows("chunk_text_search", {**scope, "tsquery": _tsquery(terms), "patterns": _patterns(terms),
-                                                "scan_limit": limit * 5})
+    def _chunk_text(self, rows: Sequence[dict], terms: Sequence[str], limit: int) -> list[MemoryHit]:
+        """The full-text candidates ranked by terms hit in content and breadcrumbs, then by
+        their rank in SQL."""
         scored = []
-        for rank, row in enumerate(rows):
-            hit = _terms_hit(row["content"] + " " + " ".join(row["breadcrumbs"]), terms)
-            scored.append((hit, -rank, row))
-        scored.sort(key=lambda x: (-x[0], -x[1]))
+        for row in rows:
+            if row["text_rank"] is not None:
+                hit = _terms_hit(row["content"] + " " + " ".join(row["breadcrumbs"]), terms)
+                scored.append((hit, row["text_rank"], row))
+        scored.sort(key=lambda x: (-x[0], x[1]))
         return [self._chunk_hit(r, float(n), None, n) for n, _, r in scored[:limit] if n > 0]
 
     @staticmethod
