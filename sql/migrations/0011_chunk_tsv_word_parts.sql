@@ -1,5 +1,5 @@
--- Chunks' full text, rebuilt for search reading candidates from the index alone (no
--- substring scan of every chunk of the user):
+-- Chunks' full text, rebuilt for search taking its text candidates from it alone (no
+-- substring match over every chunk's content):
 -- - the words inside paths, URLs, hosts and dotted names become lexemes of their own: the
 --   `simple` parser keeps `pd.read_csv`, `/srv/reports/` or `data.ecb.eu` whole, which a
 --   query word (`read`, `reports`) never matches;
