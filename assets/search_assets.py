@@ -49,8 +49,8 @@ def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> I
     description=(
         "Embeds every visible fact and every chunk whose embedding is missing or from another model "
         "(MEMORY_EMBED_BACKEND: ollama, openai, local or hashing), in batches, into the table's "
-        "`embedding` column with the model recorded; then builds one HNSW index (vector_cosine_ops) "
-        "per table and model after the load. Hidden (merged) facts are skipped. Safe to run again."
+        "`embedding` column with the model recorded. No vector index: searches are per user, where an "
+        "exact scan is exact and faster. Hidden (merged) facts are skipped. Safe to run again."
     ),
 )
 def memory_embeddings(
@@ -67,8 +67,6 @@ def memory_embeddings(
         "facts_embedded": embedded["memory_facts"],
         "chunks_embedded": embedded["memory_chunks"],
         "entries_embedded": embedded["knowledge_entries"],
-        "indexes_built": report.indexes_built,
-        "indexes_dropped": report.indexes_dropped,
     })
     # the id lists bind by table name: the rows this run embedded are checked whatever their partition
     scope = partition_scope(context, model=model_id, dimension=dimension, **report.embedded_ids)

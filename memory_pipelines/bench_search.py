@@ -14,9 +14,7 @@ many users), one search object per request, with the query embedding precomputed
 and computed in the call (with); recall@10 of the vector queries is measured against an
 exact search in numpy over that user's rows.
 
-The pipeline's HNSW indexes are not built: they index `embedding::vector(dim)` and the
-search queries order by `embedding <=> v`, so no search uses them; they would only lengthen
-the build. The tables other searches read (messages, sketches, knowledge entries) stay empty.
+The tables other searches read (messages, sketches, knowledge entries) stay empty.
 """
 
 from __future__ import annotations
@@ -612,8 +610,9 @@ def measure(url: str, embedder: Embedder, config: SearchBenchConfig,
             results.append(PathLatency(name, without, with_))
             progress(f"{name}: p95 {without.p95_ms:.1f} ms" + (f", {with_.p95_ms:.1f} ms with the embedding"
                                                                 if with_ else ""))
-        chunk_recall = _recall(conn, queries, vectors, embedder.model_id, "chunk_vector_search",
-                               "bench_user_chunk_vectors", {"session_id": None})
+        chunk_recall = _recall(conn, queries, vectors, embedder.model_id, "chunk_search", "bench_user_chunk_vectors",
+                               {"session_id": None, "match": "", "rank": "", "vector_limit": RECALL_K,
+                                "text_limit": 0})
         fact_recall = _recall(conn, queries, vectors, embedder.model_id, "fact_vector_search",
                               "bench_user_fact_vectors", {})
         return Latency.of(embed_seconds[len(warmup):]), tuple(results), chunk_recall or 0.0, fact_recall

@@ -7,7 +7,7 @@ Every search is scoped to one user; reading across users needs `admin=True`.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -27,6 +27,8 @@ RECALL_MIN_TERMS = 2
 RECALL_LEDGER_SIZE = 100
 MAX_QUERY_CHARS = 1000
 MAX_TERMS = 16
+# Chunk full-text candidates kept per hit wanted: ranked in SQL before any content is read.
+TEXT_CANDIDATES_PER_HIT = 2
 SCOPES = ("all", "facts", "raw", "sketches", "knowledge")
 _TERM = re.compile(r"\w+", re.UNICODE)
 
@@ -58,6 +60,13 @@ class MemoryHit:
     context: tuple[dict, ...] = ()
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A store's search as statements (name, params) and what makes hits of their rows."""
+    statements: tuple[tuple[str, dict], ...]
+    hits: Callable[[list[list[dict]]], list[MemoryHit]]
+
+
 def normalize_query(text: str) -> str:
     """Queries are data: cut to 1,000 characters and reduced to words for text matching."""
     return " ".join(_TERM.findall(text[:MAX_QUERY_CHARS]))
@@ -77,10 +86,10 @@ def _patterns(terms: Sequence[str]) -> list[str]:
     return [f"%{_escape_like(t)}%" for t in terms]
 
 
-def _tsquery(terms: Sequence[str]) -> str:
+def _tsquery(terms: Sequence[str], prefix: bool = False) -> str:
     # terms are \w+ only, so the OR query cannot carry tsquery syntax; no terms: an empty
     # query, which matches nothing
-    return " | ".join(terms)
+    return " | ".join(t + ":*" if prefix else t for t in terms)
 
 
 def _terms_hit(text: str, terms: Sequence[str]) -> int:
@@ -119,25 +128,50 @@ class MemorySearch:
         with self.conn.cursor(row_factory=dict_row) as cur:
             return cur.execute(query(name), params).fetchall()
 
+    def _fetch(self, statements: Sequence[tuple[str, dict]]) -> list[list[dict]]:
+        """Statements sent together in one pipeline: one round trip instead of one each,
+        which on a busy server costs more than these small queries themselves."""
+        with self.conn.pipeline():
+            cursors = [self.conn.cursor(row_factory=dict_row).execute(query(name), params)
+                       for name, params in statements]
+        return [cur.fetchall() for cur in cursors]
+
+    def _resolve(self, *plans: Plan) -> list[list[MemoryHit]]:
+        """The plans' statements in one round trip, then each plan's rows made into hits."""
+        results = iter(self._fetch([statement for plan in plans for statement in plan.statements]))
+        return [plan.hits([next(results) for _ in plan.statements]) for plan in plans]
+
     # --- facts ----------------------------------------------------------------------
 
     def search_facts(self, text: str, user_id: str | None, limit: int = 15) -> list[MemoryHit]:
         """Vector first (cosine distance below 0.3), then ILIKE over category, key, value."""
+        return self._resolve(self._facts(text, user_id, limit))[0]
+
+    def _facts(self, text: str, user_id: str | None, limit: int) -> Plan:
+        # both statements are sent at once; the text rows count only without a vector hit
         scope = self._scope(user_id)
         vector = self._vector(text)
-        if vector is not None:
-            rows = self._rows("fact_vector_search", {**scope, "vector": vector, "model": self.embedder.model_id,
-                                                     "limit": limit})
-            hits = [self._fact_hit(r, 1 - r["distance"], None) for r in rows if r["distance"] < FACT_MAX_DISTANCE]
-            if hits:
-                return hits
         terms = query_terms(text)
-        if not terms:
-            return []
-        rows = self._rows("fact_text_search", {**scope, "patterns": _patterns(terms), "scan_limit": limit * 10})
-        scored = [(self._terms(r, terms), r) for r in rows]
-        scored.sort(key=lambda x: (-x[0], -x[1]["last_verified_at"].timestamp()))
-        return [self._fact_hit(r, float(n), n) for n, r in scored[:limit]]
+        statements = []
+        if vector is not None:
+            statements.append(("fact_vector_search", {**scope, "vector": vector, "model": self.embedder.model_id,
+                                                      "limit": limit}))
+        if terms:
+            statements.append(("fact_text_search", {**scope, "patterns": _patterns(terms), "scan_limit": limit * 10}))
+
+        def hits(results: list[list[dict]]) -> list[MemoryHit]:
+            if vector is not None:
+                near = [self._fact_hit(r, 1 - r["distance"], None) for r in results.pop(0)
+                        if r["distance"] < FACT_MAX_DISTANCE]
+                if near:
+                    return near
+            if not terms:
+                return []
+            scored = [(self._terms(r, terms), r) for r in results[0]]
+            scored.sort(key=lambda x: (-x[0], -x[1]["last_verified_at"].timestamp()))
+            return [self._fact_hit(r, float(n), n) for n, r in scored[:limit]]
+
+        return Plan(tuple(statements), hits)
 
     @staticmethod
     def _terms(row: dict, terms: Sequence[str]) -> int:
@@ -157,45 +191,54 @@ class MemorySearch:
         """Raw chunks for a query. `hybrid` (the default, it measured best: see README):
         vector and text rankings fused by reciprocal rank, keeping hits that match a term or
         lie within the vector cutoff; `tiered` (navi): vector first (cosine distance below
-        0.45), else text; `vector` and `text` alone for comparison. The text path is full
-        text plus ILIKE over content and breadcrumbs, scored by terms hit; `breadcrumbs=False`
-        matches and scores content alone there (`bench retrieval` measures what they add). An
-        empty query returns the most recent chunks."""
+        0.45), else text; `vector` and `text` alone for comparison. The text path takes
+        full-text candidates (any term) from the index and scores them by terms hit over
+        content and breadcrumbs; `breadcrumbs=False` scores content alone there (`bench
+        retrieval` measures what they add). One statement serves both paths. An empty query
+        returns the most recent chunks."""
+        return self._resolve(self._chunks(text, user_id, session_id, limit, mode, breadcrumbs))[0]
+
+    def _chunks(self, text: str, user_id: str | None, session_id: str | None, limit: int, mode: str,
+                breadcrumbs: bool = True) -> Plan:
         scope = {**self._scope(user_id), "session_id": session_id}
         terms = query_terms(text)
         if not terms and not normalize_query(text):
-            return [self._chunk_hit(r, 0.0, None, 0) for r in self._rows("recent_chunks", {**scope, "limit": limit})]
+            return Plan((("recent_chunks", {**scope, "limit": limit}),),
+                        lambda results: [self._chunk_hit(r, 0.0, None, 0) for r in results[0]])
         wide = limit * 4 if mode == "hybrid" else limit
-        vector_hits = self._chunk_vector(text, scope, wide, cutoff=mode == "tiered") if mode != "text" else []
-        if mode == "vector" or (mode == "tiered" and vector_hits):
-            return vector_hits[:limit]
-        text_hits = self._chunk_text(terms, scope, wide, breadcrumbs)
-        if mode in ("tiered", "text"):
-            return text_hits[:limit]
-        fused = fuse_rrf([vector_hits, text_hits])
-        return [h for h in fused if (h.matched_terms or 0) > 0
-                or (h.similarity or 0) >= 1 - CHUNK_MAX_DISTANCE][:limit]
+        vector = self._vector(text) if mode != "text" else None
+        params = {**scope, "match": _tsquery(terms, prefix=True), "rank": _tsquery(terms),
+                  "vector": vector, "model": self.embedder.model_id if vector is not None else None,
+                  "vector_limit": wide if vector is not None else 0,
+                  "text_limit": wide * TEXT_CANDIDATES_PER_HIT if mode != "vector" and terms else 0}
 
-    def _chunk_vector(self, text: str, scope: dict, limit: int, cutoff: bool) -> list[MemoryHit]:
-        vector = self._vector(text)
-        if vector is None:
-            return []
-        rows = self._rows("chunk_vector_search", {**scope, "vector": vector, "model": self.embedder.model_id,
-                                                  "limit": limit})
-        return [self._chunk_hit(r, 1 - r["distance"], 1 - r["distance"], None) for r in rows
-                if not cutoff or r["distance"] < CHUNK_MAX_DISTANCE]
+        def hits(results: list[list[dict]]) -> list[MemoryHit]:
+            rows = results[0]
+            vector_hits = [self._chunk_hit(r, 1 - r["distance"], 1 - r["distance"], None) for r in rows
+                           if r["vector_rank"] is not None
+                           and (mode != "tiered" or r["distance"] < CHUNK_MAX_DISTANCE)]
+            if mode == "vector" or (mode == "tiered" and vector_hits):
+                return vector_hits[:limit]
+            text_hits = self._chunk_text(rows, terms, wide, breadcrumbs)
+            if mode in ("tiered", "text"):
+                return text_hits[:limit]
+            fused = fuse_rrf([vector_hits, text_hits])
+            return [h for h in fused if (h.matched_terms or 0) > 0
+                    or (h.similarity or 0) >= 1 - CHUNK_MAX_DISTANCE][:limit]
 
-    def _chunk_text(self, terms: Sequence[str], scope: dict, limit: int, breadcrumbs: bool) -> list[MemoryHit]:
-        if not terms:
-            return []
-        rows = self._rows("chunk_text_search", {**scope, "tsquery": _tsquery(terms), "patterns": _patterns(terms),
-                                                "scan_limit": limit * 5})
+        return Plan((("chunk_search", params),), hits)
+
+    def _chunk_text(self, rows: Sequence[dict], terms: Sequence[str], limit: int,
+                    breadcrumbs: bool) -> list[MemoryHit]:
+        """The full-text candidates ranked by terms hit in content and breadcrumbs, then by
+        their rank in SQL. Without breadcrumbs, a row the query found only through them
+        scores 0 and leaves."""
         scored = []
-        for rank, row in enumerate(rows):
-            # without breadcrumbs, a row the query found only through them scores 0 and leaves
-            hit = _terms_hit(row["content"] + (" " + " ".join(row["breadcrumbs"]) if breadcrumbs else ""), terms)
-            scored.append((hit, -rank, row))
-        scored.sort(key=lambda x: (-x[0], -x[1]))
+        for row in rows:
+            if row["text_rank"] is not None:
+                hit = _terms_hit(row["content"] + (" " + " ".join(row["breadcrumbs"]) if breadcrumbs else ""), terms)
+                scored.append((hit, row["text_rank"], row))
+        scored.sort(key=lambda x: (-x[0], x[1]))
         return [self._chunk_hit(r, float(n), None, n) for n, _, r in scored[:limit] if n > 0]
 
     @staticmethod
@@ -229,13 +272,17 @@ class MemorySearch:
     def search_sketches(self, text: str, user_id: str | None, session_id: str | None = None,
                         current_session_id: str | None = None, limit: int = 5) -> list[MemoryHit]:
         """ILIKE over key, value and section; the current session's notes first."""
+        return self._resolve(self._sketches(text, user_id, session_id, current_session_id, limit))[0]
+
+    def _sketches(self, text: str, user_id: str | None, session_id: str | None, current_session_id: str | None,
+                  limit: int) -> Plan:
         terms = query_terms(text)
-        rows = self._rows("sketch_search", {**self._scope(user_id), "session_id": session_id,
-                                            "current_session_id": current_session_id,
-                                            "patterns": _patterns(terms), "limit": limit})
-        return [MemoryHit("sketch", f"{r['key']}: {r['value']}", r["session_id"], r["updated_at"],
-                          float(_terms_hit(f"{r['section']} {r['key']} {r['value']}", terms)), id=r["id"],
-                          user_id=r["user_id"], key=r["key"], section=r["section"]) for r in rows]
+        params = {**self._scope(user_id), "session_id": session_id, "current_session_id": current_session_id,
+                  "patterns": _patterns(terms), "limit": limit}
+        return Plan((("sketch_search", params),), lambda results: [
+            MemoryHit("sketch", f"{r['key']}: {r['value']}", r["session_id"], r["updated_at"],
+                      float(_terms_hit(f"{r['section']} {r['key']} {r['value']}", terms)), id=r["id"],
+                      user_id=r["user_id"], key=r["key"], section=r["section"]) for r in results[0]])
 
 
     # --- knowledge entries and error memory --------------------------------------------
@@ -245,14 +292,21 @@ class MemorySearch:
                          at: datetime | None = None) -> list[MemoryHit]:
         """Hybrid (vector and full text fused by reciprocal rank) over the entries in scope:
         the user's, a process's when named, and global ones; expired entries leave."""
+        return self._resolve(self._knowledge(text, user_id, session_id, process, limit, consent, at))[0]
+
+    def _knowledge(self, text: str, user_id: str | None, session_id: str | None, process: str | None, limit: int,
+                   consent: str | None, at: datetime | None) -> Plan:
         scope = self._scope(user_id)
         terms = query_terms(text)
         vector = self._vector(text)
-        rows = self._rows("knowledge_search", {
-            **scope, "session_id": session_id, "process": process, "consent": consent,
-            "at": at or datetime.now().astimezone(), "tsquery": _tsquery(terms),
-            "model": self.embedder.model_id if vector is not None else None,
-            "vector": vector if vector is not None else np.zeros(1, dtype=np.float32)})
+        params = {**scope, "session_id": session_id, "process": process, "consent": consent,
+                  "at": at or datetime.now().astimezone(), "tsquery": _tsquery(terms),
+                  "model": self.embedder.model_id if vector is not None else None,
+                  "vector": vector if vector is not None else np.zeros(1, dtype=np.float32)}
+        return Plan((("knowledge_search", params),), lambda results: self._knowledge_hits(results[0], terms, limit))
+
+    @staticmethod
+    def _knowledge_hits(rows: list[dict], terms: Sequence[str], limit: int) -> list[MemoryHit]:
         hits = {r["id"]: MemoryHit("knowledge", f"{r['title']}: {r['content']}", r["session_id"], r["updated_at"],
                                    0.0, id=r["id"], user_id=r["user_id"], key=r["entry_key"], kind=r["kind"],
                                    category=r["scope"], start_seq=r["seq_start"], end_seq=r["seq_end"],
@@ -301,20 +355,24 @@ class UnifiedMemorySearch(MemorySearch):
                summary_at: datetime | None = None) -> list[MemoryHit]:
         scope = scope if scope in SCOPES else "all"
         k = max(1, min(20, int(k)))
-        hits: list[MemoryHit] = []
+        plans: dict[str, Plan] = {}  # in tier order; every store's statements in one round trip
         if scope in ("all", "facts"):
-            hits += self.search_facts(text, user_id, limit=k)
+            plans["facts"] = self._facts(text, user_id, k)
         if scope in ("all", "raw"):
-            raw = self.search_chunks(text, user_id, session_id, limit=k)
+            plans["raw"] = self._chunks(text, user_id, session_id, k, "hybrid")
+        if scope in ("all", "sketches"):
+            plans["sketches"] = self._sketches(text, user_id, session_id, current_session_id, k)
+        if scope in ("all", "knowledge"):
+            plans["knowledge"] = self._knowledge(text, user_id, current_session_id, None, k, None, None)
+        found = dict(zip(plans, self._resolve(*plans.values())))
+        if "raw" in found:
+            raw = found["raw"]
             if len(raw) < k:  # what chunks do not hold yet: the archive
                 covered = {(h.session_id, s) for h in raw for s in range(h.start_seq, h.end_seq + 1)}
                 raw += [h for h in self.search_archive(text, user_id, limit=k)
                         if (h.session_id, h.start_seq) not in covered][: k - len(raw)]
-            hits += self.mark_freshness(raw, user_id, current_session_id, summary_at)
-        if scope in ("all", "sketches"):
-            hits += self.search_sketches(text, user_id, session_id, current_session_id, limit=k)
-        if scope in ("all", "knowledge"):
-            hits += self.search_knowledge(text, user_id, current_session_id, limit=k)
+            found["raw"] = self.mark_freshness(raw, user_id, current_session_id, summary_at)
+        hits = [hit for tier in found.values() for hit in tier]
         self._count_access(hits)
         return hits
 
@@ -332,11 +390,11 @@ class UnifiedMemorySearch(MemorySearch):
         `before_summary`. Both are still returned, labelled."""
         if not raw:
             return raw
-        users = sorted({h.user_id for h in raw if h.user_id})
-        facts = self._rows("newer_facts_for_users", {"user_ids": users})
+        facts, summaries = self._fetch([
+            ("newer_facts_for_users", {"user_ids": sorted({h.user_id for h in raw if h.user_id})}),
+            ("summary_cursors", {"session_ids": sorted({h.session_id for h in raw})})])
         fact_words = [(f, content_words(f"{f['key'].replace('_', ' ')} {f['value']}")) for f in facts]
-        cursors = {r["session_id"]: r["cursor_ts"] for r in self._rows(
-            "summary_cursors", {"session_ids": sorted({h.session_id for h in raw})})}
+        cursors = {r["session_id"]: r["cursor_ts"] for r in summaries}
         if current_session_id and summary_at is not None:
             cursors[current_session_id] = summary_at
         marked = []
