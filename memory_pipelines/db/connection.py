@@ -45,7 +45,10 @@ def get_pool(url: str, max_size: int = 4) -> ConnectionPool:
         pool = _pools.get(url)
         if pool is None:
             migrate(url)
-            pool = ConnectionPool(url, min_size=1, max_size=max_size, configure=_configure, open=True)
+            # check: an idle connection killed by a server restart is replaced before it is
+            # handed out, so a step retried after a restart does not inherit a dead one.
+            pool = ConnectionPool(url, min_size=1, max_size=max_size, configure=_configure,
+                                  check=ConnectionPool.check_connection, open=True)
             _pools[url] = pool
         return pool
 

@@ -183,11 +183,14 @@ def test_a_database_restart_mid_run_fails_it_cleanly_or_is_retried_and_the_next_
             _restart_server(pg_home)
             close_pools()
             code, out, err = run.finish()
-        # the run's pooled connections died with the server: its next step fails, and says why
-        assert code == 1, f"restarted after {after!r}:\n{out}"
-        reasons = [line for line in err.splitlines() if line.startswith("memory-pipelines: error: ")]
-        assert len(reasons) == 1 and "Traceback" not in err, err
-        assert reasons[0].startswith("memory-pipelines: error: partition 2026-10-0"), reasons
+        # A statement in flight when the server went down fails its step, which says why; the
+        # pool checks idle connections before handing them out, so a restart between
+        # statements is outlived. Either way nothing is half-written.
+        assert code in (0, 1), f"restarted after {after!r}:\n{out}\n{err}"
+        if code == 1:
+            reasons = [line for line in err.splitlines() if line.startswith("memory-pipelines: error: ")]
+            assert len(reasons) == 1 and "Traceback" not in err, err
+            assert reasons[0].startswith("memory-pipelines: error: partition 2026-10-0"), reasons
         assert partial_writes(url) == {}
 
         with cli_run(folder, env, tmp_path / "retried.err") as run:
