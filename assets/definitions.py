@@ -29,4 +29,8 @@ defs = dg.Definitions(
     schedules=[distill_schedule],
     sensors=[transcript_files_sensor],
     resources=resources_from_env(),
+    # Steps run one after another in the run's own process: a stage's step takes well under
+    # the seconds a fresh step process needs to import Dagster and great-expectations, and
+    # the graph is mostly a chain. docs/operations.md says how to fan steps out instead.
+    executor=dg.in_process_executor,
 )

@@ -91,3 +91,7 @@ def _isolated_state(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster-home")))
     monkeypatch.delenv("MEMORY_DATABASE_URL", raising=False)
     monkeypatch.delenv("MEMORY_TRANSCRIPTS", raising=False)
+    # The lexical embedder, as the in-process asset tests use: a CLI process spared loading
+    # torch takes seconds less. The local embedder's own tests, and the README's default run,
+    # unset it.
+    monkeypatch.setenv("MEMORY_EMBED_BACKEND", "hashing")

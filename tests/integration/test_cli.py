@@ -94,7 +94,8 @@ def _psql_count(url: str, statement: str) -> int:
 def test_embedded_default_run_then_psql_then_rerun_identical(tmp_path):
     """The README's first command on the embedded default database, end to end."""
     env = os.environ.copy()
-    env.pop("MEMORY_DATABASE_URL", None)
+    for unset in ("MEMORY_DATABASE_URL", "MEMORY_EMBED_BACKEND"):
+        env.pop(unset, None)
     env["MEMORY_HOME"] = str(tmp_path / "h")
     env["DAGSTER_HOME"] = str(tmp_path / "dagster")
     try:

@@ -59,6 +59,7 @@ def test_a_model_returning_another_dimension_is_refused(server):
 
 
 def test_configuration(monkeypatch):
+    monkeypatch.delenv("MEMORY_EMBED_BACKEND", raising=False)
     if not local_available():
         assert embed_config().backend == "hashing"  # the default without the local extra
     monkeypatch.setenv("MEMORY_EMBED_BACKEND", "ollama")
