@@ -14,7 +14,7 @@ import dagster as dg
 import psycopg
 from psycopg import sql
 
-from assets.partitions import daily_partitions
+from assets.partitions import TRANSIENT_RETRIES, daily_partitions
 from memory_pipelines.db.queries import query
 
 DAGSTER_SCHEMA = "dagster"
@@ -122,6 +122,15 @@ def first_error(result: dg.ExecuteInProcessResult) -> str:
     return "run failed"
 
 
+def lost_storage(result: dg.ExecuteInProcessResult) -> bool:
+    """Whether a step failed outside its own code because Dagster's storage lost its database
+    (a server restart under the run, with storage on MEMORY_DATABASE_URL): step retry
+    policies cover only a step's own code, so these are run again here."""
+    return any(event.is_step_failure and event.step_failure_data.error is not None
+               and event.step_failure_data.error.cls_name.endswith("OperationalError")
+               for event in result.all_events)
+
+
 def run_partitions(keys: Sequence[str], echo: Callable[[str], None] = print) -> list[PartitionRun]:
     """Materialize every asset for each partition key, in order; stop at the first failure."""
     # Imported here so that the environment the CLI prepared is what the resources read.
@@ -138,9 +147,19 @@ def run_partitions(keys: Sequence[str], echo: Callable[[str], None] = print) -> 
     for number, key in enumerate(keys, start=1):
         echo(f"[{number}/{len(keys)}] {key}")
         started = time.perf_counter()
-        result = job.execute_in_process(
-            partition_key=key, instance=instance, raise_on_error=False, run_config={"loggers": {"progress": {}}}
-        )
+        attempt = 0
+        while True:
+            result = job.execute_in_process(
+                partition_key=key, instance=instance, raise_on_error=False, run_config={"loggers": {"progress": {}}}
+            )
+            if result.success or attempt >= TRANSIENT_RETRIES.max_retries or not lost_storage(result):
+                break
+            attempt += 1
+            delay = TRANSIENT_RETRIES.calculate_delay(attempt)
+            # every stage is idempotent: the partition runs again from what was committed
+            echo(f"    {key}: Dagster's storage lost its database connection; running the partition again "
+                 f"in {delay:.0f}s")
+            time.sleep(delay)
         if not result.success:
             raise RunFailed(f"partition {key} failed: {first_error(result)}")
         runs.append(PartitionRun(key, result.run_id, time.perf_counter() - started))
