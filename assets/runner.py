@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import dagster as dg
 import psycopg
+import sqlalchemy.exc
 from psycopg import sql
 
 from assets.partitions import TRANSIENT_RETRIES, daily_partitions
@@ -124,11 +125,34 @@ def first_error(result: dg.ExecuteInProcessResult) -> str:
 
 def lost_storage(result: dg.ExecuteInProcessResult) -> bool:
     """Whether a step failed outside its own code because Dagster's storage lost its database
-    (a server restart under the run, with storage on MEMORY_DATABASE_URL): step retry
-    policies cover only a step's own code, so these are run again here."""
+    (a server restart under the run, with storage on MEMORY_DATABASE_URL)."""
     return any(event.is_step_failure and event.step_failure_data.error is not None
                and event.step_failure_data.error.cls_name.endswith("OperationalError")
                for event in result.all_events)
+
+
+def execute_partition(job: dg.JobDefinition, key: str, instance: dg.DagsterInstance,
+                      echo: Callable[[str], None]) -> dg.ExecuteInProcessResult:
+    """One partition's run, run again with the step retry policy's limits and pauses when
+    Dagster's storage lost its database, while creating the run or inside a step: retry
+    policies cover only a step's own code. Every stage is idempotent, so a new run starts
+    from what the failed one committed."""
+    attempt = 0
+    while True:
+        try:
+            result = job.execute_in_process(
+                partition_key=key, instance=instance, raise_on_error=False, run_config={"loggers": {"progress": {}}}
+            )
+            if result.success or not lost_storage(result) or attempt >= TRANSIENT_RETRIES.max_retries:
+                return result
+        except sqlalchemy.exc.OperationalError:
+            if attempt >= TRANSIENT_RETRIES.max_retries:
+                raise
+        attempt += 1
+        delay = TRANSIENT_RETRIES.calculate_delay(attempt)
+        echo(f"    {key}: Dagster's storage lost its database connection; running the partition again "
+             f"in {delay:.0f}s")
+        time.sleep(delay)
 
 
 def run_partitions(keys: Sequence[str], echo: Callable[[str], None] = print) -> list[PartitionRun]:
@@ -147,19 +171,7 @@ def run_partitions(keys: Sequence[str], echo: Callable[[str], None] = print) -> 
     for number, key in enumerate(keys, start=1):
         echo(f"[{number}/{len(keys)}] {key}")
         started = time.perf_counter()
-        attempt = 0
-        while True:
-            result = job.execute_in_process(
-                partition_key=key, instance=instance, raise_on_error=False, run_config={"loggers": {"progress": {}}}
-            )
-            if result.success or attempt >= TRANSIENT_RETRIES.max_retries or not lost_storage(result):
-                break
-            attempt += 1
-            delay = TRANSIENT_RETRIES.calculate_delay(attempt)
-            # every stage is idempotent: the partition runs again from what was committed
-            echo(f"    {key}: Dagster's storage lost its database connection; running the partition again "
-                 f"in {delay:.0f}s")
-            time.sleep(delay)
+        result = execute_partition(job, key, instance, echo)
         if not result.success:
             raise RunFailed(f"partition {key} failed: {first_error(result)}")
         runs.append(PartitionRun(key, result.run_id, time.perf_counter() - started))

@@ -17,8 +17,11 @@ from pathlib import Path
 import pgserver
 import psycopg
 import pytest
+from psycopg import sql
+import dagster as dg
 
 from assets.definitions import all_assets
+from assets.runner import ensure_dagster_home
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.db import embedded
 from memory_pipelines.db.connection import close_pools
@@ -69,6 +72,15 @@ class CliRun:
             assert line, f"the run ended before progress line {count}:\n" + "\n".join(self.lines)
             self.lines.append(line.rstrip("\n"))
         return self.lines[-1]
+
+    def wait_for(self, text: str) -> str:
+        """Reads stdout until a line holds `text`; returns that line."""
+        while True:
+            line = self.proc.stdout.readline()
+            assert line, f"the run ended before printing {text!r}:\n" + "\n".join(self.lines)
+            self.lines.append(line.rstrip("\n"))
+            if text in line:
+                return self.lines[-1]
 
     def kill(self) -> None:
         assert self.proc.poll() is None, "the run ended before it could be killed"
@@ -207,3 +219,45 @@ def test_a_database_restart_mid_run_fails_it_cleanly_or_is_retried_and_the_next_
         if not embedded.status(pg_home).running:
             embedded.start(pg_home)
         close_pools()
+
+
+# Fails the first write of the chosen kind with SQLSTATE 57P01 (admin_shutdown: what a
+# restarting server answers), then lets every later one through.
+FAIL_ONCE = """
+CREATE SEQUENCE dagster.writes_seen;
+CREATE FUNCTION dagster.fail_first_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF nextval('dagster.writes_seen') = 1 THEN
+        RAISE EXCEPTION 'terminating connection due to administrator command' USING ERRCODE = 'admin_shutdown';
+    END IF;
+    RETURN NEW;
+END $$;
+"""
+
+
+@pytest.mark.parametrize("table, writes, when", [
+    ("runs", "INSERT", "true"),  # creating the run
+    # a check's result, recorded inside its step (the planned rows come with the run)
+    ("asset_check_executions", "INSERT OR UPDATE", "NEW.execution_status <> 'PLANNED'"),
+], ids=["creating the run", "inside a step"])
+def test_a_run_whose_dagster_storage_write_fails_runs_the_partition_again_and_converges(
+        table, writes, when, undisturbed, folder, make_database, tmp_path, monkeypatch):
+    """Dagster's own storage, on the pipeline's server, fails one write while the run is
+    created or inside a step. Retry policies see only a step's own code, so `run` runs the
+    partition again, and it ends with the undisturbed tables."""
+    url = make_database()
+    env = cli_env(tmp_path, MEMORY_DATABASE_URL=url, MEMORY_RETRY_DELAY="0.2")
+    monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
+    ensure_dagster_home(tmp_path, url)
+    dg.DagsterInstance.get().dispose()  # creates Dagster's tables, as a first run would
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(FAIL_ONCE)
+        conn.execute(sql.SQL("CREATE TRIGGER fail_first_write BEFORE {} ON {} FOR EACH ROW WHEN ({}) "
+                             "EXECUTE FUNCTION dagster.fail_first_write()").format(
+            sql.SQL(writes), sql.Identifier("dagster", table), sql.SQL(when)))
+    with cli_run(folder, env, tmp_path / "storage.err") as run:
+        code, out, err = run.finish()
+    assert code == 0, f"{out}\n{err}"
+    assert f"    {DAYS[0]}: Dagster's storage lost its database connection; running the partition again" in out
+    assert partial_writes(url) == {}
+    assert content_fingerprints(url) == undisturbed
