@@ -15,6 +15,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import jsonschema
@@ -74,8 +75,44 @@ def _expectation(spec: tuple, index: int):
     if kind == "unique":
         return gx.expectations.ExpectCompoundColumnsToBeUnique(column_list=list(args[0]), meta=meta)
     if kind == "json_schema":
-        return gx.expectations.ExpectColumnValuesToMatchJsonSchema(column=args[0], json_schema=args[1], meta=meta)
+        return gx.expectations.ExpectColumnValuesToBeNull(column=_schema_error_column(args[0]), meta=meta)
     raise ValueError(f"unknown expectation {kind!r}")
+
+
+def _schema_error_column(column: str) -> str:
+    return f"{column} schema error"
+
+
+@lru_cache(maxsize=32)
+def _schema_validator(schema_json: str) -> jsonschema.Validator:
+    schema = json.loads(schema_json)
+    validator = jsonschema.validators.validator_for(schema)
+    validator.check_schema(schema)
+    return validator(schema)
+
+
+def _schema_error(validator: jsonschema.Validator, text: str | None) -> str | None:
+    if text is None:
+        return None  # nulls are not_null's to judge, as in every other expectation
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        return f"not JSON: {exc}"
+    error = next(iter(validator.iter_errors(value)), None)
+    return None if error is None else error.message
+
+
+def _with_schema_errors(frame: pd.DataFrame, specs: Sequence[tuple]) -> pd.DataFrame:
+    """Each JSON-shape expectation's first error per row, as a column its expectation wants
+    null. great-expectations' own ExpectColumnValuesToMatchJsonSchema calls
+    jsonschema.validate per row, which checks the schema itself every time (about 2.4 ms a
+    row); a validator compiled once per schema takes microseconds."""
+    errors = {}
+    for kind, *args in specs:
+        if kind == "json_schema":
+            validator = _schema_validator(json.dumps(args[1], sort_keys=True))
+            errors[_schema_error_column(args[0])] = [_schema_error(validator, text) for text in frame[args[0]]]
+    return frame.assign(**errors) if errors else frame
 
 
 def describe(spec: tuple) -> str:
@@ -102,8 +139,7 @@ def _example(spec: tuple, row: dict, key: Sequence[str]) -> str:
     """One failing row: its key, then what failed (for a JSON shape, why)."""
     label = "/".join(str(_plain(row[k])) for k in key)
     if spec[0] == "json_schema":
-        error = next(iter(jsonschema.Draft202012Validator(spec[2]).iter_errors(json.loads(row[spec[1]]))), None)
-        detail = error.message if error is not None else ""
+        detail = row[_schema_error_column(spec[1])]
     elif spec[0] == "true":  # the description already says which column is false
         detail = ""
     else:
@@ -124,6 +160,7 @@ def validate_frame(name: str, frame: pd.DataFrame, specs: Sequence[tuple], key: 
     columns that identify a row in the summary's examples."""
     if frame.empty:
         return QualityResult(True, 0, f"{name}: no rows in scope", ())
+    frame = _with_schema_errors(frame, specs)
     batch = _batch_definition(name).get_batch(batch_parameters={"dataframe": frame})
     # pass or fail first, at half the cost; only failed expectations run again to name their rows
     verdicts = _results(batch, name, dict(enumerate(specs)), "BOOLEAN_ONLY")

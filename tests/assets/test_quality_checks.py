@@ -179,6 +179,21 @@ def test_constraint_backed_expectations_fail_on_a_bad_frame():
     )
 
 
+def test_the_json_shape_expectation_names_why_each_row_fails_and_leaves_nulls_to_not_null():
+    [summaries_valid] = [c for c in CHECKS["session_summaries"] if c.name == "summaries_valid"]
+    [shape] = [spec for spec in summaries_valid.expectations if spec[0] == "json_schema"]
+    good = {"key_decisions": ["Do: use 9090"], "past_discussions": [], "current_discussion": "", "keys": [],
+            "language": "en"}
+    frame = pd.DataFrame({"session_id": ["s1", "s2", "s3", "s4", "s5"], "summary": [
+        json.dumps(good), json.dumps({**good, "key_decisions": ["use 9090"]}), "{not json", None,
+        json.dumps({k: v for k, v in good.items() if k != "keys"})]})
+    outcome = validate_frame("summaries_valid", frame, [shape], ["session_id"])
+    assert outcome.failures == (
+        "summary has the expected JSON shape: 3 of 5 rows fail, e.g. s2 ('use 9090' does not match "
+        "\"^(Do|Don't): \"); s3 (not JSON: Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(c…); s5 ('keys' is a required property)",)
+
+
 def write_session(folder, session_id, user_id, turns, day="2026-10-01"):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{session_id}.jsonl").write_text("".join(
