@@ -127,7 +127,7 @@ def lost_storage(result: dg.ExecuteInProcessResult) -> bool:
     """Whether a step failed outside its own code because Dagster's storage lost its database
     (a server restart under the run, with storage on MEMORY_DATABASE_URL)."""
     return any(event.is_step_failure and event.step_failure_data.error is not None
-               and event.step_failure_data.error.cls_name.endswith("OperationalError")
+               and (event.step_failure_data.error.cls_name or "").endswith("OperationalError")
                for event in result.all_events)
 
 

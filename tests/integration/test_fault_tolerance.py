@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import dagster as dg
 import pgserver
 import psycopg
 import pytest
 from psycopg import sql
-import dagster as dg
 
 from assets.definitions import all_assets
 from assets.runner import ensure_dagster_home
@@ -72,15 +72,6 @@ class CliRun:
             assert line, f"the run ended before progress line {count}:\n" + "\n".join(self.lines)
             self.lines.append(line.rstrip("\n"))
         return self.lines[-1]
-
-    def wait_for(self, text: str) -> str:
-        """Reads stdout until a line holds `text`; returns that line."""
-        while True:
-            line = self.proc.stdout.readline()
-            assert line, f"the run ended before printing {text!r}:\n" + "\n".join(self.lines)
-            self.lines.append(line.rstrip("\n"))
-            if text in line:
-                return self.lines[-1]
 
     def kill(self) -> None:
         assert self.proc.poll() is None, "the run ended before it could be killed"
