@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,11 +56,15 @@ def ensure_dagster_home(home: Path, database_url: str | None = None) -> Path:
     if not config.exists() or config.read_text(encoding="utf-8").startswith(MANAGED_MARK):
         text = INSTANCE_TEMPLATE.read_text(encoding="utf-8")
         if database_url:
-            with psycopg.connect(database_url, autocommit=True) as conn:
+            with psycopg.connect(database_url) as conn:  # one transaction: the lock and the schema
                 conn.execute(sql.SQL(query("create_dagster_schema")).format(schema=sql.Identifier(DAGSTER_SCHEMA)))
             text += _postgres_storage(dagster_storage_url(database_url))
-        config.write_text(text, encoding="utf-8")
-        config.chmod(0o600)
+        # written aside and renamed: a process starting at the same moment must never read
+        # a half-written file and take it for the user's own
+        fd, partial = tempfile.mkstemp(dir=dagster_home, prefix=".dagster.yaml.")  # owner-only
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(partial, config)
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     return dagster_home
 

@@ -23,6 +23,8 @@ ORDER BY table_name;
 
 -- name: create_dagster_schema
 -- Where Dagster's run and event storage lives when it shares the pipeline's database.
+-- IF NOT EXISTS alone races: two processes starting at once both try to create it.
+SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.dagster_schema'));
 CREATE SCHEMA IF NOT EXISTS {schema};
 
 -- name: drop_database

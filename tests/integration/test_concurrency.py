@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psycopg
 from psycopg import sql
 
+from assets.runner import DAGSTER_SCHEMA, MANAGED_MARK, ensure_dagster_home
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from tests.helpers import content_fingerprints
 from tests.helpers import ENTRY
@@ -48,6 +52,27 @@ def test_two_runs_of_the_same_day_at_once_leave_the_tables_of_one_run(make_datab
     assert content_fingerprints(both) == content_fingerprints(single)
     # nothing summarized twice: the second run to take a session's lock finds it done
     assert _summary_calls(both) == _summary_calls(single) != {}
+
+
+def test_processes_starting_at_once_all_set_up_dagsters_storage_and_config(database_url, tmp_path):
+    """What every run does first, by many at the same moment: create Dagster's schema and
+    write dagster.yaml. None fails and none reads a half-written file."""
+    starters = 8
+    config = Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml"
+    for _ in range(10):
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(DAGSTER_SCHEMA)))
+        at_once = threading.Barrier(starters)
+
+        def start(_):
+            at_once.wait()
+            ensure_dagster_home(tmp_path, database_url)
+            return config.read_text(encoding="utf-8")
+
+        with ThreadPoolExecutor(starters) as pool:
+            seen = set(pool.map(start, range(starters)))
+        assert len(seen) == 1 and seen.pop().startswith(MANAGED_MARK)
+    assert [p.name for p in config.parent.iterdir()] == ["dagster.yaml"]
 
 
 def test_a_run_waits_for_a_session_another_run_holds(database_url, tmp_path):
