@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from itertools import groupby
 
 import pandas as pd
 import psycopg
@@ -307,9 +308,12 @@ def upsert_facts(conn: psycopg.Connection, user_id: str, candidates: Sequence[Fa
     families of keys the candidates touched. The user id is the session's, always."""
     if not candidates:
         return
+    # one question to the archive per user, then one per candidate only where decay took its key
+    ever_archived = set(conn.execute(query("archived_fact_keys"), {"user_id": user_id}).fetchall())
     for c in candidates:
-        _restore_reobserved(conn, "archived_facts_reobserved", {
-            "user_id": user_id, "category": c.category, "key": c.key, "observed_at": c.last_verified_at})
+        if (c.category, c.key) in ever_archived:
+            _restore_reobserved(conn, "archived_facts_reobserved", {
+                "user_id": user_id, "category": c.category, "key": c.key, "observed_at": c.last_verified_at})
     with conn.cursor() as cur:
         cur.executemany(query("upsert_fact"), [
             {**asdict(c), "user_id": user_id, **lineage} for c in candidates])
@@ -412,23 +416,39 @@ def summary_as_of(conn: psycopg.Connection, session_id: str, partition_key: str)
 def forge_knowledge(conn: psycopg.Connection, entries: Sequence[EntryCandidate], lineage: dict) -> int:
     """Persist entries: a version row per distinct content, the entry updated in place.
     Returns the entries inserted or changed."""
+    rows = [{**asdict(e), "entry_key": e.key, "content_hash": e.content_hash, "tags": list(e.tags),
+             "pii_kinds": list(e.pii_kinds), **lineage} for e in entries]
+    ever_archived = {key for (key,) in conn.execute(query("archived_entry_keys"),
+                                                    {"entry_keys": [row["entry_key"] for row in rows]})}
     written = 0
-    for e in entries:
-        row = {**asdict(e), "entry_key": e.key, "content_hash": e.content_hash, "tags": list(e.tags),
-               "pii_kinds": list(e.pii_kinds), **lineage}
-        archived = conn.execute(query("archived_entry_newer"), {"entry_key": e.key, "observed_at": e.observed_at}
-                                ).fetchone()
-        if archived is not None:
-            # An older observation than the archived entry's last (its day run late, after a
-            # failure): the entry stays archived, but when the observation is new to its
-            # history it gets the versions and first-seen time the days in order give it.
-            if conn.execute(query("upsert_knowledge_version"), row).rowcount:
-                _fold_into_archived_entry(conn, archived, row)
+    # in the given order, which decides the serial ids new entries get
+    for archived, group in groupby(rows, key=lambda row: row["entry_key"] in ever_archived):
+        if archived:
+            written += sum(_forge_archived_key(conn, row) for row in group)
             continue
-        _restore_reobserved(conn, "archived_entries_reobserved", {"entry_key": e.key, "observed_at": e.observed_at})
-        conn.execute(query("upsert_knowledge_version"), row)
-        written += conn.execute(query("upsert_knowledge_entry"), row).rowcount
+        with conn.pipeline():  # keys decay never took: plain upserts, sent in one round trip
+            upserts = []
+            for row in group:
+                conn.execute(query("upsert_knowledge_version"), row)
+                upserts.append(conn.execute(query("upsert_knowledge_entry"), row))
+        written += sum(cursor.rowcount for cursor in upserts)
     return written
+
+
+def _forge_archived_key(conn: psycopg.Connection, row: dict) -> int:
+    archived = conn.execute(query("archived_entry_newer"), {"entry_key": row["entry_key"],
+                                                            "observed_at": row["observed_at"]}).fetchone()
+    if archived is not None:
+        # An older observation than the archived entry's last (its day run late, after a
+        # failure): the entry stays archived, but when the observation is new to its
+        # history it gets the versions and first-seen time the days in order give it.
+        if conn.execute(query("upsert_knowledge_version"), row).rowcount:
+            _fold_into_archived_entry(conn, archived, row)
+        return 0
+    _restore_reobserved(conn, "archived_entries_reobserved", {"entry_key": row["entry_key"],
+                                                              "observed_at": row["observed_at"]})
+    conn.execute(query("upsert_knowledge_version"), row)
+    return conn.execute(query("upsert_knowledge_entry"), row).rowcount
 
 
 def _fold_into_archived_entry(conn: psycopg.Connection, archived: tuple, row: dict) -> None:
@@ -447,10 +467,12 @@ def _fold_into_archived_entry(conn: psycopg.Connection, archived: tuple, row: di
 
 def forge_relations(conn: psycopg.Connection, user_id: str, relations: Sequence[RelationCandidate],
                     lineage: dict) -> None:
-    for r in relations:
-        conn.execute(query("insert_relation"), {**asdict(r), "user_id": user_id, **lineage})
-    for subject, relation in sorted({(r.subject, r.relation) for r in relations if r.relation in FUNCTIONAL_RELATIONS}):
-        conn.execute(query("close_contradicted"), {"user_id": user_id, "subject": subject, "relation": relation})
+    with conn.pipeline():  # nothing here waits on an answer: one round trip
+        for r in relations:
+            conn.execute(query("insert_relation"), {**asdict(r), "user_id": user_id, **lineage})
+        for subject, relation in sorted({(r.subject, r.relation) for r in relations
+                                         if r.relation in FUNCTIONAL_RELATIONS}):
+            conn.execute(query("close_contradicted"), {"user_id": user_id, "subject": subject, "relation": relation})
 
 
 def forgotten_for(conn: psycopg.Connection, user_ids: Sequence[str]) -> frozenset[tuple[str, str]]:

@@ -5,6 +5,11 @@ SELECT id, reason, score, as_of, partition_key, run_id FROM memory_archive
 WHERE source_table = 'knowledge_entries' AND source_key = %(entry_key)s
   AND (row_data ->> 'updated_at')::timestamptz >= %(observed_at)s;
 
+-- name: archived_entry_keys
+-- The keys among these that decay ever archived: only their entries need the archive's rules.
+SELECT DISTINCT source_key FROM memory_archive
+WHERE source_table = 'knowledge_entries' AND source_key = ANY(%(entry_keys)s);
+
 -- name: upsert_knowledge_version
 INSERT INTO knowledge_entry_versions AS v (entry_key, content_hash, user_id, title, content, tags, confidence,
     observed_at, session_id, seq_start, seq_end, partition_key, run_id)
