@@ -416,6 +416,8 @@ def summary_as_of(conn: psycopg.Connection, session_id: str, partition_key: str)
 def forge_knowledge(conn: psycopg.Connection, entries: Sequence[EntryCandidate], lineage: dict) -> int:
     """Persist entries: a version row per distinct content, the entry updated in place.
     Returns the entries inserted or changed."""
+    if not entries:
+        return 0
     rows = [{**asdict(e), "entry_key": e.key, "content_hash": e.content_hash, "tags": list(e.tags),
              "pii_kinds": list(e.pii_kinds), **lineage} for e in entries]
     ever_archived = {key for (key,) in conn.execute(query("archived_entry_keys"),
@@ -467,6 +469,8 @@ def _fold_into_archived_entry(conn: psycopg.Connection, archived: tuple, row: di
 
 def forge_relations(conn: psycopg.Connection, user_id: str, relations: Sequence[RelationCandidate],
                     lineage: dict) -> None:
+    if not relations:
+        return
     with conn.pipeline():  # nothing here waits on an answer: one round trip
         for r in relations:
             conn.execute(query("insert_relation"), {**asdict(r), "user_id": user_id, **lineage})
