@@ -3,17 +3,16 @@ changed transcript files and requests runs for exactly the days they touch."""
 
 import hashlib
 import json
-import os
 from datetime import UTC
 from pathlib import Path
 
 import dagster as dg
 
 from assets.partitions import daily_partitions
-from memory_pipelines.config import Settings
-from memory_pipelines.transcripts import discover_files, transcript_days
+from memory_pipelines.config import Settings, setting
+from memory_pipelines.transcripts import TranscriptSourceError, discover_files, transcript_days
 
-AUTOMATION_ON = os.environ.get("MEMORY_AUTOMATION", "").strip().lower() in ("1", "on", "true", "yes")
+AUTOMATION_ON = setting("MEMORY_AUTOMATION")
 DEFAULT_STATUS = dg.DefaultScheduleStatus.RUNNING if AUTOMATION_ON else dg.DefaultScheduleStatus.STOPPED
 
 
@@ -21,12 +20,12 @@ def _file_states(root: Path) -> dict[str, list[int]]:
     import duckdb
 
     with duckdb.connect() as con:
-        files = discover_files(con, root)
+        files = discover_files(con, root).files
     return {str(f): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
 
 
 def build_automation(job):
-    @dg.schedule(job=job, cron_schedule=os.environ.get("MEMORY_SCHEDULE_CRON", "*/15 * * * *"),
+    @dg.schedule(job=job, cron_schedule=setting("MEMORY_SCHEDULE_CRON"),
                  execution_timezone="UTC", default_status=DEFAULT_STATUS,
                  description="Distills today's partition every 15 minutes (MEMORY_SCHEDULE_CRON): sessions that "
                              "went stale are extracted, summaries move on; unchanged inputs cost no model call.")
@@ -42,15 +41,18 @@ def build_automation(job):
     def transcript_files_sensor(context: dg.SensorEvaluationContext):
         settings = Settings.from_env()
         seen = json.loads(context.cursor) if context.cursor else {}
-        current = _file_states(settings.transcripts)
+        try:
+            current = _file_states(settings.transcripts)
+        except TranscriptSourceError as exc:
+            return dg.SkipReason(str(exc))
         changed = sorted(path for path, state in current.items() if seen.get(path) != state)
         if not changed:
             return dg.SkipReason(f"no new or changed transcript files under {settings.transcripts}")
         valid = set(daily_partitions.get_partition_keys())
-        days: set[str] = set()
-        for path in changed:
-            days.update(d.isoformat() for d in transcript_days(Path(path), timezone=settings.timezone,
-                                                               max_bytes=settings.max_message_bytes))
+        # days as a scan of the whole location attributes the changed files' records
+        days = {d.isoformat() for d in transcript_days(settings.transcripts, [Path(p) for p in changed],
+                                                       timezone=settings.timezone,
+                                                       max_bytes=settings.max_message_bytes)}
         digest = hashlib.sha256(json.dumps({p: current[p] for p in changed}).encode()).hexdigest()[:12]
         context.update_cursor(json.dumps(current))
         return [dg.RunRequest(run_key=f"{day}:{digest}", partition_key=day) for day in sorted(days & valid)]

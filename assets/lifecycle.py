@@ -2,7 +2,6 @@
 
 from collections import Counter
 from collections.abc import Iterator
-from datetime import timedelta
 
 import dagster as dg
 
@@ -13,7 +12,7 @@ from assets.resources import LifecycleSettings, ModelResource, PostgresResource
 from assets.transcripts import partition_label
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.distill import CallContext, KnowledgeSettings, collect_error_memory, distill_knowledge_for_days
-from memory_pipelines.lifecycle import decay
+from memory_pipelines.lifecycle import decay, decay_as_of
 from memory_pipelines.reporting import markdown_table
 
 
@@ -108,10 +107,12 @@ def error_memory(context: dg.AssetExecutionContext, postgres: PostgresResource) 
     kinds={"postgres"},
     tags={"stage": "decay"},
     description=(
-        "Decay archival as of the partition's end: score = importance · e^(−rate·age_hours) + boost, rate = "
-        "base_rate / (1 + importance), the boost growing with accesses, capped at 0.3. Entries and facts below the "
-        "threshold (0.5), expired ones, error memories past their TTL and PII past its retention move to "
-        "memory_archive: kept for audit, out of every search, restorable."
+        "Decay archival as of the newest message seen before the partition's end (conversation time). Only memory "
+        "at least MEMORY_DECAY_MIN_AGE_DAYS old (90) and unaccessed that long, whose score = importance · "
+        "e^(−rate·age_hours) + boost (rate = base_rate / (1 + importance), the boost growing with accesses, capped "
+        "at 0.3) fell below the threshold (0.5), moves to memory_archive; never a newer statement about a subject "
+        "while an older one stays; facts only with MEMORY_DECAY_FACTS=1. Expired rows, error memories past their "
+        "TTL and PII past its retention go too. Archived rows are kept for audit, out of every search, restorable."
     ),
 )
 def memory_decay(
@@ -119,19 +120,21 @@ def memory_decay(
 ) -> Iterator:
     reports = []
     with get_pool(postgres.url()).connection() as conn:
-        for key in context.partition_keys:  # each day as of its own end, in order
-            as_of = daily_partitions.time_window_for_partition_key(key).end
+        for key in context.partition_keys:  # each day as of its own newest message, in order
+            as_of = decay_as_of(conn, daily_partitions.time_window_for_partition_key(key).end)
+            if as_of is None:
+                continue
             with conn.transaction():
-                reports.append(decay(conn, as_of, key, context.run_id, base_rate=lifecycle.decay_base_rate,
-                                     threshold=lifecycle.decay_threshold,
-                                     pii_retention=timedelta(days=lifecycle.pii_retention_days)))
+                reports.append(decay(conn, as_of, key, context.run_id, lifecycle.decay()))
     archived = sum((r.archived for r in reports), start=Counter())
-    last = reports[-1]
+    kept = sum((r.kept for r in reports), start=Counter())
     context.log.info("%s: archived %s", partition_label(context), dict(archived))
     yield dg.MaterializeResult(metadata={
         "partitions": partition_label(context),
+        "as_of": reports[-1].as_of.isoformat() if reports else "nothing ingested yet",
         "archived_by_reason": {k: v for k, v in sorted(archived.items()) if v},
         "archived": sum(archived.values()),
-        "score_distribution": last.distribution(),
+        "kept_by_reason": {k: v for k, v in sorted(kept.items()) if v},
+        "score_distribution": reports[-1].distribution() if reports else {},
     })
     yield from quality_check_results(postgres, partition_scope(context), "memory_decay")

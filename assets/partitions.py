@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from memory_pipelines.config import Settings, env_number
+from memory_pipelines.config import setting
 
 # end_offset=1: today's partition exists, so the sensor and schedule can ingest it as it grows.
 daily_partitions = dg.DailyPartitionsDefinition(
-    start_date=Settings.from_env().partition_start.isoformat(), timezone="UTC", end_offset=1
+    start_date=setting("MEMORY_PARTITION_START").isoformat(), timezone="UTC", end_offset=1
 )
 
 
@@ -14,8 +14,8 @@ daily_partitions = dg.DailyPartitionsDefinition(
 # run again after a pause; every stage is idempotent and writes in transactions, so a retry
 # starts from what the failed attempt committed. MEMORY_RETRY_MAX=0 turns retries off.
 TRANSIENT_RETRIES = dg.RetryPolicy(
-    max_retries=env_number("MEMORY_RETRY_MAX", int, 2),
-    delay=env_number("MEMORY_RETRY_DELAY", float, 10.0),
+    max_retries=setting("MEMORY_RETRY_MAX"),
+    delay=setting("MEMORY_RETRY_DELAY"),
     backoff=dg.Backoff.EXPONENTIAL,
     jitter=dg.Jitter.PLUS_MINUS,
 )

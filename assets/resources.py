@@ -11,14 +11,22 @@ import dagster as dg
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.chunks import CONTEXT_WINDOW_MESSAGES
-from memory_pipelines.config import SAMPLE_TRANSCRIPTS, default_home
+from memory_pipelines.config import SPECS, DecaySettings, default_home, setting
 from memory_pipelines.db import repository
 from memory_pipelines.db.connection import get_pool, resolve_url
 from memory_pipelines.embed import EmbedConfig, Embedder, build_embedder, embed_config
 from memory_pipelines.llm import ModelBackend, ModelConfig, build_backend
-from memory_pipelines.llm.config import DEFAULT_MODELS, chat_config, decision_config
-from memory_pipelines.summaries import SUMMARY_CHUNK_CHARS
+from memory_pipelines.llm.config import chat_config, decision_config
+from memory_pipelines.llm.probe import ModelServer, ModelServerUnreachable, model_server, probe
+
+
+def unreachable_fails(server: ModelServer | None) -> None:
+    """A step's failure, not retried, when its model server does not answer: retries of a
+    dead server only add minutes before the same failure."""
+    try:
+        probe([server])
+    except ModelServerUnreachable as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
 
 
 class PostgresResource(dg.ConfigurableResource):
@@ -39,46 +47,45 @@ class PostgresResource(dg.ConfigurableResource):
 class TranscriptSource(dg.ConfigurableResource):
     """Where transcript files are read from, and how their records are interpreted."""
 
-    path: str = str(SAMPLE_TRANSCRIPTS)
-    timezone: str = "UTC"
-    max_message_bytes: int = 1_000_000
-
-
-def _env_or(name: str, default):
-    """An `EnvVar` when the variable is set (so Dagster shows where a value came from)."""
-    return dg.EnvVar(name) if os.environ.get(name, "").strip() else default
+    path: str = str(SPECS["MEMORY_TRANSCRIPTS"].default)
+    timezone: str = SPECS["MEMORY_TIMEZONE"].default
+    max_message_bytes: int = SPECS["MEMORY_MAX_MESSAGE_BYTES"].default
 
 
 class ModelResource(dg.ConfigurableResource):
     """A model back end: `ollama`, `openai` (any OpenAI-compatible server) or `rules`
     (deterministic, offline). Built once per run and closed after it."""
 
-    backend: str = "rules"
-    base_url: str = ""
-    model: str = DEFAULT_MODELS["rules"]
+    backend: str = ModelConfig.backend
+    base_url: str = ModelConfig.base_url
+    model: str = ModelConfig.model
     api_key: str | None = None
-    timeout_s: float = 120.0
-    retries: int = 3
-    backoff_s: float = 1.0
-    concurrency: int = 1
+    timeout_s: float = ModelConfig.timeout_s
+    retries: int = ModelConfig.retries
+    backoff_s: float = ModelConfig.backoff_s
+    concurrency: int = ModelConfig.concurrency
     input_usd_per_mtok: float | None = None
     output_usd_per_mtok: float | None = None
-    token_budget: int = 0
-    batch_tokens: int = 8000
+    token_budget: int = ModelConfig.token_budget
+    batch_tokens: int = ModelConfig.batch_tokens
+    # the settings that configure it (MEMORY_LLM or MEMORY_DECISION), for failure messages
+    settings_prefix: str = "MEMORY_LLM"
 
     @classmethod
-    def from_config(cls, config: ModelConfig, *api_key_vars: str) -> "ModelResource":
+    def from_config(cls, config: ModelConfig, prefix: str, *api_key_vars: str) -> "ModelResource":
         # The key stays an EnvVar, so Dagster never shows or stores its value.
         set_vars = [v for v in api_key_vars if os.environ.get(v, "").strip()]
         api_key = dg.EnvVar(set_vars[0]) if config.api_key and set_vars else None
-        return cls(**{**asdict(config), "api_key": api_key})
+        return cls(**{**asdict(config), "api_key": api_key, "settings_prefix": prefix})
 
     def config(self) -> ModelConfig:
         return ModelConfig(**{f.name: getattr(self, f.name) for f in fields(ModelConfig)})
 
     @contextmanager
     def backend_for_run(self, pool: ConnectionPool, run_id: str) -> Iterator[ModelBackend]:
-        """The back end for one run; the token budget counts what this run already spent."""
+        """The back end for one run, once its server answered; the token budget counts what
+        this run already spent. A dead server fails the step at once, without retries."""
+        unreachable_fails(model_server(self.backend, self.base_url, self.settings_prefix, "rules"))
         backend = build_backend(self.config(), lambda: repository.run_tokens_spent(pool, run_id))
         try:
             yield backend
@@ -90,31 +97,31 @@ class SummarySettings(dg.ConfigurableResource):
     """How summaries are written: reply language (`auto` follows the conversation) and
     the size of the transcript chunk one summary call reads."""
 
-    language: str = "auto"
-    chunk_chars: int = SUMMARY_CHUNK_CHARS
+    language: str = SPECS["MEMORY_SUMMARY_LANGUAGE"].default
+    chunk_chars: int = SPECS["MEMORY_SUMMARY_CHUNK_CHARS"].default
 
 
 class MemorySettings(dg.ConfigurableResource):
     """When a session counts as stale (extracted, fully chunked) and how many of its last
     messages stay in the context window (not chunked yet)."""
 
-    stale_minutes: int = 30
-    context_messages: int = CONTEXT_WINDOW_MESSAGES
+    stale_minutes: int = SPECS["MEMORY_STALE_MINUTES"].default
+    context_messages: int = SPECS["MEMORY_CONTEXT_MESSAGES"].default
 
 
 class EmbedderResource(dg.ConfigurableResource):
     """The embedding back end (MEMORY_EMBED_*), configured apart from the chat model."""
 
-    backend: str = "hashing"
-    base_url: str = ""
-    model: str = "hashing-v1"
+    backend: str = EmbedConfig.backend
+    base_url: str = EmbedConfig.base_url
+    model: str = EmbedConfig.model
     api_key: str | None = None
     dimension: int | None = None
-    batch_size: int = 64
-    pause_s: float = 0.0
-    timeout_s: float = 120.0
-    retries: int = 3
-    backoff_s: float = 1.0
+    batch_size: int = EmbedConfig.batch_size
+    pause_s: float = EmbedConfig.pause_s
+    timeout_s: float = EmbedConfig.timeout_s
+    retries: int = EmbedConfig.retries
+    backoff_s: float = EmbedConfig.backoff_s
 
     @classmethod
     def from_config(cls, config: EmbedConfig) -> "EmbedderResource":
@@ -123,6 +130,7 @@ class EmbedderResource(dg.ConfigurableResource):
 
     @contextmanager
     def embedder_for_run(self) -> Iterator[Embedder]:
+        unreachable_fails(model_server(self.backend, self.base_url, "MEMORY_EMBED", "hashing"))
         embedder = build_embedder(EmbedConfig(**{f.name: getattr(self, f.name) for f in fields(EmbedConfig)}))
         try:
             yield embedder
@@ -132,45 +140,47 @@ class EmbedderResource(dg.ConfigurableResource):
 
 class LifecycleSettings(dg.ConfigurableResource):
     """Knowledge entries and decay: PII sanitizing, a default TTL and consent basis for new
-    entries, the decay base rate (per hour), archive threshold and PII retention."""
+    entries; when decay may archive (minimum age and disuse, threshold, base rate per hour,
+    whether facts decay) and PII retention."""
 
-    sanitize_pii: bool = True
+    sanitize_pii: bool = SPECS["MEMORY_PII_SANITIZE"].default
     entry_ttl_seconds: int | None = None
-    consent_basis: str = "not_set"
-    decay_base_rate: float = 0.001
-    decay_threshold: float = 0.5
-    pii_retention_days: int = 180
+    consent_basis: str = SPECS["MEMORY_CONSENT_BASIS"].default
+    decay_min_age_days: int = DecaySettings.min_age_days
+    decay_threshold: float = DecaySettings.threshold
+    decay_base_rate: float = DecaySettings.base_rate
+    decay_facts: bool = DecaySettings.decay_facts
+    pii_retention_days: int = DecaySettings.pii_retention_days
+
+    def decay(self) -> DecaySettings:
+        return DecaySettings(min_age_days=self.decay_min_age_days, threshold=self.decay_threshold,
+                             base_rate=self.decay_base_rate, decay_facts=self.decay_facts,
+                             pii_retention_days=self.pii_retention_days)
 
 
 def resources_from_env() -> dict[str, dg.ConfigurableResource]:
-    max_bytes = dg.EnvVar.int("MEMORY_MAX_MESSAGE_BYTES") if os.environ.get("MEMORY_MAX_MESSAGE_BYTES") else 1_000_000
-    chunk = dg.EnvVar.int("MEMORY_SUMMARY_CHUNK_CHARS") if os.environ.get("MEMORY_SUMMARY_CHUNK_CHARS") else SUMMARY_CHUNK_CHARS
+    """Every resource from the validated settings (`memory_pipelines.config`): a bad value
+    fails here with one line naming it, never as a Dagster config error. Secrets stay
+    `EnvVar`s, so Dagster never shows or stores them."""
+    decay = DecaySettings.from_env()
+    database_url = dg.EnvVar("MEMORY_DATABASE_URL") if setting("MEMORY_DATABASE_URL") else None
     return {
-        "llm": ModelResource.from_config(chat_config(), "MEMORY_LLM_API_KEY"),
+        "llm": ModelResource.from_config(chat_config(), "MEMORY_LLM", "MEMORY_LLM_API_KEY"),
         "embedder": EmbedderResource.from_config(embed_config()),
         "lifecycle": LifecycleSettings(
-            sanitize_pii=os.environ.get("MEMORY_PII_SANITIZE", "1").strip().lower() not in ("0", "false", "no", "off"),
-            entry_ttl_seconds=int(os.environ["MEMORY_ENTRY_TTL_SECONDS"]) if os.environ.get("MEMORY_ENTRY_TTL_SECONDS")
-            else None,
-            consent_basis=_env_or("MEMORY_CONSENT_BASIS", "not_set"),
-            decay_base_rate=float(os.environ.get("MEMORY_DECAY_BASE_RATE") or 0.001),
-            decay_threshold=float(os.environ.get("MEMORY_DECAY_THRESHOLD") or 0.5),
-            pii_retention_days=int(os.environ.get("MEMORY_PII_RETENTION_DAYS") or 180),
+            sanitize_pii=setting("MEMORY_PII_SANITIZE"), entry_ttl_seconds=setting("MEMORY_ENTRY_TTL_SECONDS"),
+            consent_basis=setting("MEMORY_CONSENT_BASIS"), decay_min_age_days=decay.min_age_days,
+            decay_threshold=decay.threshold, decay_base_rate=decay.base_rate, decay_facts=decay.decay_facts,
+            pii_retention_days=decay.pii_retention_days,
         ),
-        "decision": ModelResource.from_config(decision_config(), "MEMORY_DECISION_API_KEY", "MEMORY_LLM_API_KEY"),
-        "summary_settings": SummarySettings(language=_env_or("MEMORY_SUMMARY_LANGUAGE", "auto"), chunk_chars=chunk),
-        "memory_settings": MemorySettings(
-            stale_minutes=dg.EnvVar.int("MEMORY_STALE_MINUTES") if os.environ.get("MEMORY_STALE_MINUTES") else 30,
-            context_messages=(dg.EnvVar.int("MEMORY_CONTEXT_MESSAGES") if os.environ.get("MEMORY_CONTEXT_MESSAGES")
-                              else CONTEXT_WINDOW_MESSAGES),
-        ),
-        "postgres": PostgresResource(
-            database_url=_env_or("MEMORY_DATABASE_URL", None),
-            home=_env_or("MEMORY_HOME", str(default_home())),
-        ),
-        "transcript_source": TranscriptSource(
-            path=_env_or("MEMORY_TRANSCRIPTS", str(SAMPLE_TRANSCRIPTS)),
-            timezone=_env_or("MEMORY_TIMEZONE", "UTC"),
-            max_message_bytes=max_bytes,
-        ),
+        "decision": ModelResource.from_config(decision_config(), "MEMORY_DECISION", "MEMORY_DECISION_API_KEY",
+                                              "MEMORY_LLM_API_KEY"),
+        "summary_settings": SummarySettings(language=setting("MEMORY_SUMMARY_LANGUAGE"),
+                                            chunk_chars=setting("MEMORY_SUMMARY_CHUNK_CHARS")),
+        "memory_settings": MemorySettings(stale_minutes=setting("MEMORY_STALE_MINUTES"),
+                                          context_messages=setting("MEMORY_CONTEXT_MESSAGES")),
+        "postgres": PostgresResource(database_url=database_url, home=str(setting("MEMORY_HOME") or default_home())),
+        "transcript_source": TranscriptSource(path=str(setting("MEMORY_TRANSCRIPTS")),
+                                              timezone=setting("MEMORY_TIMEZONE"),
+                                              max_message_bytes=setting("MEMORY_MAX_MESSAGE_BYTES")),
     }

@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,9 @@ class PartitionRun:
     partition_key: str
     run_id: str
     seconds: float
+    read: int  # transcript records the run read, and of them refused
+    quarantined: int
+    refused_by_reason: Counter
 
 
 def partition_keys_between(start: str, end: str) -> list[str]:
@@ -118,13 +122,22 @@ def partition_keys_between(start: str, end: str) -> list[str]:
     return keys[keys.index(start) : keys.index(end) + 1]
 
 
+def _cause(error) -> str:
+    """What went wrong, in the failing code's own words: the innermost error's last line,
+    without the qualified class name Dagster's and our errors carry (`package.Error: ...`);
+    a builtin's name (`TypeError: ...`) stays, it is part of the meaning."""
+    while error.cause is not None:  # the user code's own error, not Dagster's wrapper
+        error = error.cause
+    text = error.message.strip().splitlines()[-1] if error.message.strip() else (error.cls_name or "failed")
+    prefix, _, rest = text.partition(": ")
+    return rest if rest and "." in prefix and not prefix.count(" ") else text
+
+
 def first_error(result: dg.ExecuteInProcessResult) -> str:
+    """`asset: cause` of the first failed step."""
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data.error is not None:
-            error = event.step_failure_data.error
-            while error.cause is not None:  # the user code's own error, not Dagster's wrapper
-                error = error.cause
-            return f"{event.step_key}: {error.message.strip().splitlines()[-1]}"
+            return f"{event.step_key}: {_cause(event.step_failure_data.error)}"
     return "run failed"
 
 
@@ -178,7 +191,10 @@ def run_partitions(keys: Sequence[str], echo: Callable[[str], None] = print) -> 
         started = time.perf_counter()
         result = execute_partition(job, key, instance, echo)
         if not result.success:
-            raise RunFailed(f"partition {key} failed: {first_error(result)}")
-        runs.append(PartitionRun(key, result.run_id, time.perf_counter() - started))
+            raise RunFailed(f"partition {key} failed at {first_error(result)}")
+        [ingested] = result.asset_materializations_for_node("transcripts")
+        runs.append(PartitionRun(key, result.run_id, time.perf_counter() - started,
+                                 ingested.metadata["read"].value, ingested.metadata["quarantined"].value,
+                                 Counter(ingested.metadata["quarantined_by_reason"].value)))
     sys.stdout.flush()
     return runs

@@ -47,8 +47,9 @@ def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> I
     kinds={"pgvector"},
     tags={"stage": "embed"},
     description=(
-        "Embeds every visible fact and every chunk whose embedding is missing or from another model "
-        "(MEMORY_EMBED_BACKEND: ollama, openai, local or hashing), in batches, into the table's "
+        "Embeds every visible fact, chunk and knowledge entry whose embedding is missing or from another model "
+        "(MEMORY_EMBED_BACKEND: ollama, openai, local or hashing; a changed embedder re-embeds everything, counted "
+        "as re-embedded), in batches, into the table's "
         "`embedding` column with the model recorded. No vector index: searches are per user, where an "
         "exact scan is exact and faster. Hidden (merged) facts are skipped. Safe to run again."
     ),
@@ -61,12 +62,18 @@ def memory_embeddings(
         model_id, dimension = model.model_id, model.dimension
     embedded = {table: len(ids) for table, ids in report.embedded_ids.items()}
     context.log.info("%s: embedded %s with %s", partition_label(context), embedded, model_id)
+    if any(report.replaced.values()):
+        context.log.info("%s: re-embedded %s rows made with another model", partition_label(context),
+                         report.replaced)
     yield dg.MaterializeResult(metadata={
         "partitions": partition_label(context),
         "model": model_id,
         "facts_embedded": embedded["memory_facts"],
         "chunks_embedded": embedded["memory_chunks"],
         "entries_embedded": embedded["knowledge_entries"],
+        "facts_re_embedded": report.replaced["memory_facts"],
+        "chunks_re_embedded": report.replaced["memory_chunks"],
+        "entries_re_embedded": report.replaced["knowledge_entries"],
     })
     # the id lists bind by table name: the rows this run embedded are checked whatever their partition
     scope = partition_scope(context, model=model_id, dimension=dimension, **report.embedded_ids)

@@ -14,7 +14,7 @@ from memory_pipelines.db import repository
 from memory_pipelines.ingest import plan_ingest
 from memory_pipelines.models import TimeWindow
 from memory_pipelines.reporting import markdown_table
-from memory_pipelines.transcripts import scan_transcripts
+from memory_pipelines.transcripts import SKIPPED_SHOWN, describe_skipped, scan_transcripts
 
 
 def partition_label(context: dg.AssetExecutionContext) -> str:
@@ -41,9 +41,11 @@ def transcripts(
 ) -> Iterator:
     bounds = context.partition_time_window
     window = TimeWindow(bounds.start, bounds.end)
+    # records no readable time dates go to the run's own range (there are any only when
+    # nothing in the location has a readable time)
     scan = scan_transcripts(
-        Path(transcript_source.path), window,
-        timezone=transcript_source.timezone, max_bytes=transcript_source.max_message_bytes,
+        Path(transcript_source.path), window, timezone=transcript_source.timezone,
+        max_bytes=transcript_source.max_message_bytes, include_undated=True,
     )
     session_ids = sorted({m.session_id for m in scan.messages})
     label = partition_label(context)
@@ -63,6 +65,8 @@ def transcripts(
         "%s: read %d, stored %d, duplicate %d, quarantined %d", label,
         plan.read, len(plan.new), plan.duplicates, len(plan.quarantined),
     )
+    if scan.skipped_files:
+        context.log.warning("%s: %s", label, describe_skipped(scan.skipped_files))
     preview = [
         {"session": m.session_id, "seq": m.seq, "user": m.user_id, "role": m.role, "ts": m.ts.isoformat(),
          "content": m.content}
@@ -72,6 +76,8 @@ def transcripts(
         metadata={
             "partition_window": f"{window.start.isoformat()} .. {window.end.isoformat()}",
             "files_scanned": scan.files,
+            "files_skipped": len(scan.skipped_files),
+            "files_skipped_first": list(scan.skipped_files[:SKIPPED_SHOWN]),
             "read": plan.read,
             "stored": len(plan.new),
             "duplicate": plan.duplicates,

@@ -9,14 +9,21 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from datetime import date
 from pathlib import Path
 
-from memory_pipelines.config import ConfigError, Settings
+from memory_pipelines.config import ConfigError, Settings, validate_environment
+from memory_pipelines.models import ARCHIVE_REASONS, SEARCH_SCOPES
 
 
 class CliError(RuntimeError):
     """Ends the command with a one-line reason and exit status 1."""
+
+
+class UsageError(CliError):
+    """Ends the command with a one-line reason and exit status 2: the user asked for
+    something that cannot be done as asked (a bad setting, a file that is no transcript)."""
 
 
 def _settings() -> Settings:
@@ -35,33 +42,74 @@ def _parse_day(text: str | None, flag: str) -> date | None:
     try:
         return date.fromisoformat(text)
     except ValueError:
-        raise CliError(f"{flag} must be a date like 2026-10-01, got {text!r}") from None
+        raise UsageError(f"{flag} must be a date like 2026-10-01, got {text!r}") from None
+
+
+def _probe_model_servers() -> None:
+    """Fail in seconds, before anything is written, when a configured model server is down."""
+    from memory_pipelines.embed import embed_config
+    from memory_pipelines.llm.config import chat_config, decision_config
+    from memory_pipelines.llm.probe import ModelServerUnreachable, model_server, probe
+
+    chat, decision, embed = chat_config(), decision_config(), embed_config()
+    try:
+        probe([model_server(chat.backend, chat.base_url, "MEMORY_LLM", "rules"),
+               model_server(decision.backend, decision.base_url, "MEMORY_DECISION", "rules"),
+               model_server(embed.backend, embed.base_url, "MEMORY_EMBED", "hashing")])
+    except ModelServerUnreachable as exc:
+        raise CliError(str(exc)) from None
+
+
+def _refused_summary(reasons: dict[str, int]) -> str:
+    return ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+
+
+def _quarantine_undated(settings: Settings, url: str) -> str:
+    """Records no readable time dates, when nothing in the location has one: quarantined
+    under the label `undated` (no partition is opened for them). Returns their reasons."""
+    from memory_pipelines.db import repository
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.transcripts import undated_records
+
+    records = undated_records(settings.transcripts, timezone=settings.timezone, max_bytes=settings.max_message_bytes)
+    with get_pool(url).connection() as conn, conn.transaction():
+        repository.insert_quarantine(conn, records, "undated", "cli")
+    return _refused_summary(Counter(str(r.reason) for r in records))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from memory_pipelines.transcripts import TranscriptSourceError, describe_skipped, transcript_inventory
+
     if args.transcripts:
         path = Path(args.transcripts).expanduser().resolve()
         if not path.exists():
-            raise CliError(f"transcript path does not exist: {path}")
+            raise UsageError(f"transcript path does not exist: {path}")
         os.environ["MEMORY_TRANSCRIPTS"] = str(path)
     settings = _settings()
     start, end = _parse_day(args.start, "--start"), _parse_day(args.end, "--end")
-    if start is None or end is None:
-        from memory_pipelines.transcripts import transcript_date_range
-
-        found = transcript_date_range(
-            settings.transcripts, timezone=settings.timezone, max_bytes=settings.max_message_bytes
-        )
-        if found is None:
-            raise CliError(f"no transcript records under {settings.transcripts}")
-        start, end = start or found[0], end or found[1]
+    try:
+        found = transcript_inventory(settings.transcripts, timezone=settings.timezone,
+                                     max_bytes=settings.max_message_bytes)
+    except TranscriptSourceError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"transcripts: {settings.transcripts}")
+    if found.discovery.skipped:
+        print(f"skipped:     {describe_skipped(found.discovery.skipped)}")
+    if found.records == 0:
+        raise CliError(f"no transcript records under {settings.transcripts}")
+    url = _connect_url(settings)
+    if found.first_day is None and (start is None or end is None):
+        reasons = _quarantine_undated(settings, url)
+        raise CliError(f"all {found.records} record(s) under {settings.transcripts} were refused ({reasons}) and "
+                       "quarantined under 'undated': none has a readable time, so no day was run")
+    start, end = start or found.first_day, end or found.last_day
     if end < start:
-        raise CliError(f"--end {end} is before --start {start}")
+        raise UsageError(f"--end {end} is before --start {start}")
+    _probe_model_servers()
 
     from memory_pipelines.db import repository
     from memory_pipelines.db.connection import get_pool
 
-    url = _connect_url(settings)
     pool = get_pool(url)  # migrates before any run starts
     from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_partitions
 
@@ -69,8 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         keys = partition_keys_between(start.isoformat(), end.isoformat())
     except ValueError as exc:
-        raise CliError(str(exc)) from None
-    print(f"transcripts: {settings.transcripts}")
+        raise UsageError(str(exc)) from None
     print(f"partitions:  {keys[0]} .. {keys[-1]} ({len(keys)} days)")
     try:
         runs = run_partitions(keys)
@@ -82,6 +129,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"done: {len(runs)} partition(s) in {sum(r.seconds for r in runs):.1f}s")
     for table, count in counts.items():
         print(f"  {table:<{width}}  {count:>8}")
+    read, refused = sum(r.read for r in runs), sum(r.quarantined for r in runs)
+    if read and refused == read:
+        raise CliError(f"all {read} record(s) read were refused and quarantined "
+                       f"({_refused_summary(sum((r.refused_by_reason for r in runs), start=Counter()))}): "
+                       f"see the quarantine table; nothing was stored")
     return 0
 
 
@@ -163,6 +215,23 @@ def cmd_ui(args: argparse.Namespace) -> int:
             child.kill()
 
 
+def _require_user(conn, user_id: str) -> None:
+    from memory_pipelines.db.queries import query
+
+    if not conn.execute(query("user_known"), {"user_id": user_id}).fetchone()[0]:
+        raise CliError(f"nothing is stored for user {user_id!r} (`memory-pipelines users` lists who has memory)")
+
+
+def _require_session(conn, session_id: str, user_id: str | None = None) -> None:
+    from memory_pipelines.db.queries import query
+
+    owner = conn.execute(query("session_owner"), {"session_id": session_id}).fetchone()
+    if owner is None:
+        raise CliError(f"no session {session_id!r} is stored (`memory-pipelines sessions --user U` lists a user's)")
+    if user_id is not None and owner[0] != user_id:
+        raise CliError(f"session {session_id!r} belongs to another user than {user_id!r}")
+
+
 def cmd_context(args: argparse.Namespace) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.llm import build_backend
@@ -170,6 +239,8 @@ def cmd_context(args: argparse.Namespace) -> int:
     from memory_pipelines.query import context_for
 
     pool = get_pool(_connect_url(_settings()))
+    with pool.connection() as conn:
+        _require_session(conn, args.session)
     decision = None if args.all else build_backend(decision_config())
     try:
         with pool.connection() as conn:
@@ -196,16 +267,23 @@ def cmd_search(args: argparse.Namespace) -> int:
     from memory_pipelines.search import UnifiedMemorySearch, format_hits
 
     if args.user is None and not args.admin:
-        raise CliError("--user is required (searching every user needs --admin)")
+        raise UsageError("--user is required (searching every user needs --admin)")
     pool = get_pool(_connect_url(_settings()))
+    with pool.connection() as conn:
+        if args.user is not None:
+            _require_user(conn, args.user)
+        if args.session is not None:
+            _require_session(conn, args.session, args.user)
     embedder = build_embedder(embed_config())
     try:
         with pool.connection() as conn:
-            hits = UnifiedMemorySearch(conn, embedder, admin=args.admin).search(
-                args.query, scope=args.scope, k=args.k, user_id=args.user, session_id=args.session,
-                current_session_id=args.session)
+            search = UnifiedMemorySearch(conn, embedder, admin=args.admin)
+            hits = search.search(args.query, scope=args.scope, k=args.k, user_id=args.user,
+                                 session_id=args.session, current_session_id=args.session)
     finally:
         embedder.close()
+    for warning in search.warnings:
+        print(f"memory-pipelines: warning: {warning.message}", file=sys.stderr)
     if args.json:
         print(json.dumps([asdict(h) for h in hits], ensure_ascii=False, indent=2, default=str))
     else:
@@ -270,23 +348,54 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _confirmed(args: argparse.Namespace, question: str) -> bool:
+    """--yes, or a yes typed at a terminal; never silently on a pipe."""
+    if args.yes:
+        return True
+    if args.dry_run or not sys.stdin.isatty():
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _print_removed(headline: str, removed: dict[str, int]) -> None:
+    print(f"{headline}: {sum(removed.values())} rows")
+    for table, count in removed.items():
+        if count:
+            print(f"  {table:<28} {count:>7}")
+
+
 def cmd_forget(args: argparse.Namespace) -> int:
+    import psycopg
+
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.lifecycle import forget, unforget
 
     pool = get_pool(_connect_url(_settings()))
-    with pool.connection() as conn, conn.transaction():
+    target = f"session {args.session} of user {args.user}" if args.session else f"user {args.user}"
+    with pool.connection() as conn:
         if args.undo:
-            lifted = unforget(conn, args.user, args.session)
+            with conn.transaction():
+                lifted = unforget(conn, args.user, args.session)
             print("tombstone lifted: the transcripts can be ingested again" if lifted else "nothing was forgotten")
             return 0
-        removed = forget(conn, args.user, args.session)
-    target = f"session {args.session} of user {args.user}" if args.session else f"user {args.user}"
-    print(f"forgot {target}: {sum(removed.values())} rows")
-    for table, count in removed.items():
-        if count:
-            print(f"  {table:<28} {count:>7}")
-    return 0
+        _require_user(conn, args.user)
+        if args.session:
+            _require_session(conn, args.session, args.user)
+        # the same statements either way: counted, then kept or rolled back
+        with conn.transaction():
+            removed = forget(conn, args.user, args.session)
+            if not args.yes:
+                _print_removed(f"would forget {target}", removed)
+            confirmed = _confirmed(args, f"Delete these {sum(removed.values())} rows for good?")
+            if not confirmed:
+                raise psycopg.Rollback()
+    if confirmed:
+        _print_removed(f"forgot {target}", removed)
+        return 0
+    if args.dry_run:
+        print("dry run: nothing deleted")
+        return 0
+    raise UsageError("nothing deleted: pass --yes to delete, or --dry-run to only list what would go")
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -300,18 +409,184 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_archive(args: argparse.Namespace) -> int:
-    from memory_pipelines.db.connection import get_pool
-    from memory_pipelines.lifecycle import restore
+def _parse_moment(text: str | None, flag: str):
+    """A date or an ISO time; without a zone, UTC."""
+    from datetime import UTC, datetime
 
-    pool = get_pool(_connect_url(_settings()))
-    with pool.connection() as conn, conn.transaction():
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{flag} must be a date or time like 2026-10-01 or 2026-10-01T12:00, got {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _archive_selection(args: argparse.Namespace):
+    from memory_pipelines.lifecycle import ArchiveSelection
+
+    return ArchiveSelection(reason=args.reason, since=_parse_moment(args.since, "--since"), run_id=args.run,
+                            user_id=args.user, ids=tuple(getattr(args, "ids", None) or ()),
+                            limit=getattr(args, "limit", None))
+
+
+def _archived_line(row) -> str:
+    score = "" if row.score is None else f" score {row.score:.3f}"
+    return (f"  #{row.id:<6} {row.archived_at:%Y-%m-%d %H:%M} {row.reason:<14} {row.source_table} {row.source_id}"
+            f" · {row.user_id or 'global'} · {row.label[:60]!r}{score} · run {row.run_id}")
+
+
+def cmd_archive_list(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.lifecycle import archived_rows
+
+    with get_pool(_connect_url(_settings())).connection() as conn:
+        rows = archived_rows(conn, _archive_selection(args))
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], default=str, ensure_ascii=False, indent=2))
+        return 0
+    print(f"{len(rows)} archived row(s)" + (f" (first {args.limit})" if args.limit and len(rows) == args.limit else ""))
+    for row in rows:
+        print(_archived_line(row))
+    return 0
+
+
+def cmd_archive_restore(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.lifecycle import restore_selected
+
+    selection = _archive_selection(args)
+    if selection.empty:
+        raise UsageError("say what to restore: archive row ids, --run RUN, --reason R and/or --since T (or --user U)")
+    with get_pool(_connect_url(_settings())).connection() as conn:
+        with conn.transaction():
+            results = restore_selected(conn, selection)
+            if not args.yes:
+                raise psycopg.Rollback()  # a dry run: the same restores, undone
+    missing = sorted(set(selection.ids) - {r.row.id for r in results})
+    restored = [r for r in results if r.conflict is None]
+    print(f"{'restored' if args.yes else 'would restore'} {len(restored)} of {len(results)} archived row(s)")
+    for result in results:
+        extra = f" (with {len(result.restored) - 1} hidden fact row(s))" if len(result.restored) > 1 else ""
+        print(_archived_line(result.row) + (f"  NOT RESTORED: {result.conflict}" if result.conflict else extra))
+    for archive_id in missing:
+        print(f"  #{archive_id}: no such archived row (a merged fact row comes back with its survivor)")
+    if not args.yes:
+        print("dry run: nothing restored; add --yes to restore these")
+    if missing or len(restored) < len(results):
+        return 1
+    return 0
+
+
+def cmd_embeddings(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.db.queries import query
+    from memory_pipelines.embed import EmbeddingError, build_embedder, embed_config
+
+    embedder = build_embedder(embed_config())
+    try:
+        configured = embedder.model_id
+    except EmbeddingError as exc:
+        configured = f"{embedder.config.backend}:{embedder.config.model}:? ({exc})"
+    finally:
+        embedder.close()
+    with get_pool(_connect_url(_settings())).connection() as conn:
+        rows = conn.execute(query("embedding_model_counts")).fetchall()
+    print(f"configured embedder: {configured}")
+    for table, model, count in rows:
+        if model is None:
+            state = "not embedded yet: the next run embeds them"
+        elif model == configured:
+            state = "configured"
+        else:
+            state = "another model: the next run re-embeds them; search uses text until then"
+        print(f"  {table:<18} {model or '-':<40} {count:>8}  {state}")
+    if not rows:
+        print("  nothing stored yet")
+    return 0
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.db.queries import query
+
+    with get_pool(_connect_url(_settings())).connection() as conn:
+        rows = conn.execute(query("stored_users")).fetchall()
+    print(f"{len(rows)} user(s)")
+    if rows:
+        print(f"  {'user':<24} {'sessions':>8} {'messages':>9} {'facts':>6} {'entries':>7} {'chunks':>6} "
+              f"{'archived':>8}  first .. last message")
+    for user, sessions, messages, first, last, facts, entries, chunks, archived in rows:
+        print(f"  {user:<24} {sessions:>8} {messages:>9} {facts:>6} {entries:>7} {chunks:>6} {archived:>8}  "
+              f"{first:%Y-%m-%d} .. {last:%Y-%m-%d}")
+    return 0
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.db.queries import query
+
+    with get_pool(_connect_url(_settings())).connection() as conn:
+        _require_user(conn, args.user)
+        rows = conn.execute(query("user_sessions"), {"user_id": args.user}).fetchall()
+    print(f"{len(rows)} session(s) of {args.user}")
+    for session, agent, first, last, messages, chunks, version, extracted in rows:
+        print(f"  {session:<32} {agent or '-':<10} {first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M}  "
+              f"{messages:>5} messages  {chunks:>3} chunks  summary v{version or 0}  "
+              f"{'facts extracted' if extracted else 'not extracted yet'}")
+    return 0
+
+
+def _derived_values() -> dict[str, object]:
+    """What the settings that follow others resolve to: the model and embedder families."""
+    from memory_pipelines.config import default_home
+    from memory_pipelines.embed import embed_config
+    from memory_pipelines.llm.config import FIELD_BY_SUFFIX, chat_config, decision_config
+
+    values: dict[str, object] = {"MEMORY_HOME": default_home()}
+    for prefix, model in (("MEMORY_LLM", chat_config()), ("MEMORY_DECISION", decision_config())):
+        values.update({f"{prefix}_{suffix}": getattr(model, name) for suffix, name in FIELD_BY_SUFFIX.items()})
+    embed = embed_config()
+    values.update({f"MEMORY_EMBED_{suffix}": getattr(embed, name) for suffix, name in (
+        ("BACKEND", "backend"), ("BASE_URL", "base_url"), ("MODEL", "model"), ("API_KEY", "api_key"),
+        ("DIM", "dimension"), ("BATCH", "batch_size"))})
+    return values
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from memory_pipelines.config import SPECS, mask_url, raw_value, setting
+
+    problems, values = [], {}
+    for name in SPECS:
         try:
-            restored = restore(conn, args.id)
-        except LookupError as exc:
-            raise CliError(str(exc)) from None
-    for table, source_id in restored:
-        print(f"restored {table} row {source_id}")
+            values[name] = setting(name)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    derived = {} if problems else _derived_values()
+    rows = []
+    for name, spec in SPECS.items():
+        if name not in values:
+            rows.append((name, "(invalid)", "environment"))
+            continue
+        value, source = values[name], "environment" if raw_value(name) is not None else "default"
+        if raw_value(name) is None and spec.derived and name in derived:
+            value, source = derived[name], f"derived: {spec.derived}"
+        if value is None or value == "":
+            shown = "-"
+        elif spec.secret:
+            shown = mask_url(str(value)) if "://" in str(value) else "***"
+        else:
+            shown = str(value)
+        rows.append((name, shown, source))
+    width = max(len(name) for name, _, _ in rows)
+    for name, shown, source in rows:
+        print(f"{name:<{width}}  {shown:<36}  {source}")
+    if problems:
+        raise ConfigError("\n".join(problems))
     return 0
 
 
@@ -373,7 +648,8 @@ def build_parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="unified memory search: facts, raw excerpts, sketches")
     search.add_argument("query")
     search.add_argument("--user", help="whose memory (required unless --admin)")
-    search.add_argument("--scope", default="all", help="all (default), facts, raw or sketches")
+    search.add_argument("--scope", default="all", choices=SEARCH_SCOPES,
+                        help="all (default), facts, raw, sketches or knowledge")
     search.add_argument("--k", type=int, default=5, help="hits per store, 1-20 (default 5)")
     search.add_argument("--session", help="narrow raw excerpts to one session (and rank its notes first)")
     search.add_argument("--admin", action="store_true", help="search every user")
@@ -413,9 +689,13 @@ def build_parser() -> argparse.ArgumentParser:
     search_bench.add_argument("--json", action="store_true")
     search_bench.set_defaults(func=cmd_bench_search)
 
-    forget = sub.add_parser("forget", help="delete a user's (or session's) messages and everything derived")
+    forget = sub.add_parser("forget", help="delete a user's (or session's) messages and everything derived; lists "
+                                           "what would go and asks first (--yes to skip, --dry-run to stop there)")
     forget.add_argument("--user", required=True)
     forget.add_argument("--session")
+    confirm = forget.add_mutually_exclusive_group()
+    confirm.add_argument("--yes", action="store_true", help="delete without asking")
+    confirm.add_argument("--dry-run", action="store_true", help="only list what would be deleted")
     forget.add_argument("--undo", action="store_true", help="lift the tombstone so the transcripts can be ingested again")
     forget.set_defaults(func=cmd_forget)
 
@@ -425,10 +705,41 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--user", help="that user's entries and global ones (default: all)")
     export.set_defaults(func=cmd_export)
 
-    archive = sub.add_parser("archive", help="memory_archive: restore a row")
-    archive.add_argument("action", choices=["restore"])
-    archive.add_argument("id", type=int)
-    archive.set_defaults(func=cmd_archive)
+    archive = sub.add_parser("archive", help="memory_archive: list what decay, expiry and retention moved out, "
+                                             "and restore it (in bulk, dry run first)")
+    archive_actions = archive.add_subparsers(dest="action", required=True)
+    for action, text in (("list", "archived rows, newest last"),
+                         ("restore", "put archived rows back: ids, or every row of a run, reason or time; a dry run "
+                                     "unless --yes")):
+        command = archive_actions.add_parser(action, help=text)
+        if action == "restore":
+            command.add_argument("ids", nargs="*", type=int, help="archive row ids (as `archive list` shows them)")
+        command.add_argument("--run", help="the rows one run archived (its run id)")
+        command.add_argument("--reason", choices=ARCHIVE_REASONS, help="the rows archived for this reason")
+        command.add_argument("--since", help="the rows archived at or after this date or time (UTC unless given)")
+        command.add_argument("--user", help="one user's rows")
+        if action == "list":
+            command.add_argument("--limit", type=int, default=200, help="at most this many rows (default 200)")
+            command.add_argument("--json", action="store_true")
+            command.set_defaults(func=cmd_archive_list)
+        else:
+            command.add_argument("--yes", action="store_true", help="restore them (without it: only show what would)")
+            command.set_defaults(func=cmd_archive_restore, limit=None)
+
+    embeddings = sub.add_parser("embeddings", help="stored vectors per table and model, against the configured embedder")
+    embeddings.add_argument("action", choices=["status"])
+    embeddings.set_defaults(func=cmd_embeddings)
+
+    users = sub.add_parser("users", help="the users memory is stored for, with counts")
+    users.set_defaults(func=cmd_users)
+
+    sessions = sub.add_parser("sessions", help="a user's sessions: times, messages, chunks, summary, extraction")
+    sessions.add_argument("--user", required=True)
+    sessions.set_defaults(func=cmd_sessions)
+
+    config = sub.add_parser("config", help="the effective settings (secrets masked) and where each came from; "
+                                           "exit 2 when one is invalid")
+    config.set_defaults(func=cmd_config)
 
     lin = sub.add_parser("lineage", help="where a row came from: source messages, run, model, calls, merges")
     lin.add_argument("kind", choices=["fact", "chunk", "entry", "summary"])
@@ -447,13 +758,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(message: str) -> None:
+    for line in message.splitlines():
+        print(f"memory-pipelines: error: {line}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        if args.func is not cmd_config:  # every setting checked before anything runs
+            for warning in validate_environment():
+                print(f"memory-pipelines: warning: {warning}", file=sys.stderr)
         return args.func(args)
-    except (CliError, ConfigError) as exc:
-        print(f"memory-pipelines: error: {exc}", file=sys.stderr)
+    except (UsageError, ConfigError) as exc:
+        _error(str(exc))
+        return 2
+    except CliError as exc:
+        _error(str(exc))
         return 1
     except Exception as exc:  # noqa: BLE001 - the CLI promises a one-line reason, never a traceback
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,16 +1,35 @@
-"""Settings read from environment variables, with the defaults a fresh clone runs on."""
+"""Every `MEMORY_*` setting in one place: its type, range, default and meaning.
+
+Each variable is parsed by its spec, once per value, so a bad value fails the same way
+wherever it is read: one line naming the variable, the value and what is accepted
+(`ConfigError`). `validate_environment()` checks them all before anything runs;
+`effective_settings()` is what `memory-pipelines config` prints.
+"""
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
+from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 SAMPLE_TRANSCRIPTS = PACKAGE_DIR / "sample_data" / "transcripts"
 SAMPLE_BAD_INPUT = PACKAGE_DIR / "sample_data" / "bad_input"
+
+LLM_BACKENDS = ("ollama", "openai", "rules")
+EMBED_BACKENDS = ("ollama", "openai", "local", "hashing")
+CONSENT_BASES = ("legitimate_interest", "consent", "legal_obligation", "vital_interest", "public_task", "not_set")
+# The highest score navra's formula gives memory nobody searched: importance (at most 1)
+# with no boost. A threshold above it would archive everything old enough.
+MAX_DECAY_THRESHOLD = 1.0
 
 
 class ConfigError(ValueError):
@@ -22,27 +41,255 @@ def default_home() -> Path:
     return Path(data_home) / "memory-pipelines"
 
 
-def env_text(name: str) -> str | None:
-    """An environment variable's value, None when unset or blank."""
-    return os.environ.get(name, "").strip() or None
+# --- parsers: each takes the stripped text and returns the value, or raises ValueError ---
+
+@dataclass(frozen=True)
+class Kind:
+    """How a setting's text becomes its value, and what to tell a user who got it wrong."""
+    accepted: str
+    parse: Callable[[str], object]
 
 
-def env_number(name: str, kind: type, default):
-    """An environment variable read as `kind` (int or float), `default` when unset."""
-    raw = env_text(name)
-    if raw is None:
-        return default
+def _number(cast: type, low: float | None, high: float | None, low_open: bool = False) -> Callable[[str], object]:
+    def parse(text: str):
+        value = cast(text)
+        if cast is float and value != value:  # NaN compares false with every bound
+            raise ValueError(text)
+        if low is not None and (value < low or (low_open and value == low)):
+            raise ValueError(text)
+        if high is not None and value > high:
+            raise ValueError(text)
+        return value
+    return parse
+
+
+def integer(low: int | None = None, high: int | None = None, accepted: str | None = None) -> Kind:
+    if accepted is None:
+        accepted = ("an integer" + (f" from {low} to {high}" if low is not None and high is not None
+                                    else f" >= {low}" if low is not None else ""))
+    return Kind(accepted, _number(int, low, high))
+
+
+def decimal(low: float | None = None, high: float | None = None, *, low_open: bool = False,
+            accepted: str | None = None) -> Kind:
+    if accepted is None:
+        lower = f"> {low:g}" if low_open else f">= {low:g}" if low is not None else ""
+        if low is not None and high is not None:
+            accepted = f"a number > {low:g} and <= {high:g}" if low_open else f"a number from {low:g} to {high:g}"
+        else:
+            accepted = f"a number {lower}".rstrip()
+    return Kind(accepted, _number(float, low, high, low_open))
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _boolean(text: str) -> bool:
+    folded = text.lower()
+    if folded in _TRUE:
+        return True
+    if folded in _FALSE:
+        return False
+    raise ValueError(text)
+
+
+BOOLEAN = Kind("1/0, true/false, yes/no or on/off", _boolean)
+TEXT = Kind("any text", str)
+
+
+def choice(*options: str) -> Kind:
+    def parse(text: str) -> str:
+        if text.lower() not in options:
+            raise ValueError(text)
+        return text.lower()
+    return Kind("one of " + ", ".join(options), parse)
+
+
+def _http_url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(text)
+    return text.rstrip("/")
+
+
+def _postgres_url(text: str) -> str:
+    if urlsplit(text).scheme not in ("postgresql", "postgres"):
+        raise ValueError(text)
+    return text
+
+
+def _zone(text: str) -> str:
     try:
-        return kind(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(text) from None
+    return text
 
 
-def _int_env(name: str, default: int) -> int:
-    value = env_number(name, int, default)
-    if value <= 0:
-        raise ConfigError(f"{name} must be positive, got {value}")
-    return value
+def _cron(text: str) -> str:
+    fields = text.split()
+    if len(fields) != 5 or not all(re.fullmatch(r"[\w*/,\-?#]+", f) for f in fields):
+        raise ValueError(text)
+    return " ".join(fields)
+
+
+def _existing_file(text: str) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise ValueError(text)
+    return path
+
+
+def _json_object_file(text: str) -> Path:
+    path = _existing_file(text)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ValueError(text) from None
+    if not isinstance(data, dict):
+        raise ValueError(text)
+    return path
+
+
+HTTP_URL = Kind("an http:// or https:// URL", _http_url)
+POSTGRES_URL = Kind("a postgresql:// URL", _postgres_url)
+ZONE = Kind("an IANA time zone such as UTC or Europe/Berlin", _zone)
+DAY = Kind("a date like 2024-01-01", date.fromisoformat)
+PATH = Kind("a file or folder path", lambda text: Path(text).expanduser())
+CRON = Kind("a cron expression of five fields, such as */15 * * * *", _cron)
+PRICE_TABLE = Kind("the path of a JSON file holding an object of model -> prices", _json_object_file)
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    kind: Kind
+    default: object  # None: unset (or derived: see `derived`)
+    help: str
+    secret: bool = False
+    derived: str | None = None  # where the value comes from when unset, if not `default`
+
+
+def _model_specs(prefix: str, inherits: bool) -> list[Spec]:
+    """A chat model's settings; the decision model's unset ones follow the chat model's."""
+    from_chat = "MEMORY_LLM_* when the back end is the same, else the back end's default" if inherits else None
+    same = "as MEMORY_LLM_*" if inherits else None
+    return [
+        Spec(f"{prefix}_BACKEND", choice(*LLM_BACKENDS), "rules",
+             "the decision model (noise, overturned entries, relevance)" if inherits else "the chat model (summaries, facts, knowledge)"),
+        Spec(f"{prefix}_BASE_URL", HTTP_URL, None, "model server URL", derived=from_chat or "the back end's default"),
+        Spec(f"{prefix}_MODEL", TEXT, None, "model name", derived=from_chat or "the back end's default"),
+        Spec(f"{prefix}_API_KEY", TEXT, None, "bearer token", secret=True, derived=from_chat),
+        Spec(f"{prefix}_TIMEOUT", decimal(0, low_open=True), None if inherits else 120.0, "seconds per call", derived=same),
+        Spec(f"{prefix}_RETRIES", integer(0, 20), None if inherits else 3, "retries after the first attempt", derived=same),
+        Spec(f"{prefix}_BACKOFF", decimal(0), None if inherits else 1.0, "first backoff in seconds", derived=same),
+        Spec(f"{prefix}_CONCURRENCY", integer(1, 64), None if inherits else 1, "sessions in parallel", derived=same),
+        Spec(f"{prefix}_BATCH_TOKENS", integer(0), None if inherits else 8000,
+             "estimated prompt tokens of one noise-judging call (0: one call per session)", derived=same),
+    ]
+
+
+SPECS: dict[str, Spec] = {s.name: s for s in [
+    Spec("MEMORY_HOME", PATH, None, "state folder: embedded database data, Dagster home",
+         derived="~/.local/share/memory-pipelines"),
+    Spec("MEMORY_DATABASE_URL", POSTGRES_URL, None, "a PostgreSQL with pgvector (unset: the embedded server)",
+         secret=True),
+    Spec("MEMORY_TRANSCRIPTS", PATH, SAMPLE_TRANSCRIPTS, "transcript file or folder"),
+    Spec("MEMORY_TIMEZONE", ZONE, "UTC", "zone for timestamps written without one"),
+    Spec("MEMORY_MAX_MESSAGE_BYTES", integer(1), 1_000_000, "larger records are quarantined"),
+    Spec("MEMORY_PARTITION_START", DAY, date(2024, 1, 1), "first daily partition"),
+    *_model_specs("MEMORY_LLM", inherits=False),
+    *_model_specs("MEMORY_DECISION", inherits=True),
+    Spec("MEMORY_PRICE_TABLE", PRICE_TABLE, None, "JSON price table for estimated cost"),
+    Spec("MEMORY_RUN_TOKEN_BUDGET", integer(0), 0, "most tokens one run may spend on model calls (0: no limit)"),
+    Spec("MEMORY_SUMMARY_LANGUAGE", TEXT, "auto", "the summaries' language (auto follows the conversation)"),
+    Spec("MEMORY_SUMMARY_CHUNK_CHARS", integer(1000), 32_000, "transcript characters per summary call"),
+    Spec("MEMORY_STALE_MINUTES", integer(1), 30, "minutes without activity before a session is extracted"),
+    Spec("MEMORY_CONTEXT_MESSAGES", integer(1, 1000), 16, "a session's last messages kept out of chunks"),
+    Spec("MEMORY_PII_SANITIZE", BOOLEAN, True, "sanitize PII in knowledge entries"),
+    Spec("MEMORY_ENTRY_TTL_SECONDS", integer(1), None, "valid_until of new knowledge entries (unset: none)"),
+    Spec("MEMORY_CONSENT_BASIS", choice(*CONSENT_BASES), "not_set", "consent basis of new knowledge entries"),
+    Spec("MEMORY_DECAY_MIN_AGE_DAYS", integer(1), 90,
+         "days (conversation time) a memory must be old, and unaccessed, before decay may archive it"),
+    Spec("MEMORY_DECAY_THRESHOLD", decimal(0, MAX_DECAY_THRESHOLD,
+                                           accepted=f"a number from 0 to {MAX_DECAY_THRESHOLD:g} (0: never by score)"),
+         0.5, "decay archives old, unaccessed memory scoring below this"),
+    Spec("MEMORY_DECAY_BASE_RATE", decimal(0, 1, low_open=True), 0.001, "decay rate per hour"),
+    Spec("MEMORY_DECAY_FACTS", BOOLEAN, False, "decay memory_facts too (they have expires_at for time limits)"),
+    Spec("MEMORY_PII_RETENTION_DAYS", integer(1), 180, "entries holding PII are archived after this many days"),
+    Spec("MEMORY_EMBED_BACKEND", choice(*EMBED_BACKENDS), None, "the embedder",
+         derived="local when its extra is installed, else hashing"),
+    Spec("MEMORY_EMBED_BASE_URL", TEXT, None, "embedding server URL (local: a model folder)",
+         derived="the chat model's host when the back end is the same"),
+    Spec("MEMORY_EMBED_MODEL", TEXT, None, "embedding model", derived="the back end's default"),
+    Spec("MEMORY_EMBED_API_KEY", TEXT, None, "bearer token", secret=True),
+    Spec("MEMORY_EMBED_DIM", integer(2, 65536), None, "dimension (hashing; OpenAI `dimensions`)",
+         derived="the model's"),
+    Spec("MEMORY_EMBED_BATCH", integer(1, 4096), None, "texts per embedding request", derived="8 remote, 64 local"),
+    Spec("MEMORY_EMBED_PAUSE", decimal(0), 0.0, "seconds between remote batches"),
+    Spec("MEMORY_EMBED_TIMEOUT", decimal(0, low_open=True), 120.0, "seconds per embedding request"),
+    Spec("MEMORY_EMBED_RETRIES", integer(0, 20), 3, "retries after the first attempt"),
+    Spec("MEMORY_EMBED_BACKOFF", decimal(0), 1.0, "first backoff in seconds"),
+    Spec("MEMORY_RETRY_MAX", integer(0, 20), 2, "retries of a failed step"),
+    Spec("MEMORY_RETRY_DELAY", decimal(0), 10.0, "seconds before a step's first retry"),
+    Spec("MEMORY_SCHEDULE_CRON", CRON, "*/15 * * * *", "when the schedule distills today's partition"),
+    Spec("MEMORY_AUTOMATION", BOOLEAN, False, "start the schedule and sensor running in `dagster dev`"),
+]}
+
+
+def raw_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """A variable's text, None when unset or blank."""
+    return ((os.environ if environ is None else environ).get(name) or "").strip() or None
+
+
+@lru_cache(maxsize=512)
+def _parse(name: str, text: str):
+    spec = SPECS[name]
+    try:
+        return spec.kind.parse(text)
+    except (ValueError, TypeError, OverflowError):
+        shown = "(hidden)" if spec.secret else repr(text)
+        raise ConfigError(f"{name}={shown} is not valid: expected {spec.kind.accepted}") from None
+
+
+def setting(name: str, environ: Mapping[str, str] | None = None):
+    """The value of a `MEMORY_*` setting: parsed by its spec, or its default when unset."""
+    spec = SPECS[name]
+    text = raw_value(name, environ)
+    return spec.default if text is None else _parse(name, text)
+
+
+def is_set(name: str) -> bool:
+    return raw_value(name) is not None
+
+
+def validate_environment(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Parse every setting; raise ConfigError with one line per bad value. Returns warnings
+    for `MEMORY_*` variables no setting has (a typo would be silently ignored otherwise)."""
+    environ = os.environ if environ is None else environ
+    errors = []
+    for name in SPECS:
+        try:
+            setting(name, environ)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ConfigError("\n".join(errors))
+    warnings = []
+    for name in sorted(n for n in environ if n.startswith("MEMORY_") and n not in SPECS):
+        close = difflib.get_close_matches(name, SPECS, n=1)
+        warnings.append(f"{name} is not a memory-pipelines setting (ignored)"
+                        + (f"; did you mean {close[0]}?" if close else ""))
+    return warnings
+
+
+def mask_url(url: str) -> str:
+    """A URL with its password replaced, for display."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @dataclass(frozen=True)
@@ -56,23 +303,28 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> "Settings":
-        tz = os.environ.get("MEMORY_TIMEZONE", "").strip() or "UTC"
-        try:
-            ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ConfigError(f"MEMORY_TIMEZONE is not a known time zone: {tz!r}") from exc
-        start_raw = os.environ.get("MEMORY_PARTITION_START", "").strip() or "2024-01-01"
-        try:
-            start = date.fromisoformat(start_raw)
-        except ValueError as exc:
-            raise ConfigError(f"MEMORY_PARTITION_START must be YYYY-MM-DD, got {start_raw!r}") from exc
-        home = os.environ.get("MEMORY_HOME", "").strip()
-        transcripts = os.environ.get("MEMORY_TRANSCRIPTS", "").strip()
         return cls(
-            home=Path(home).expanduser() if home else default_home(),
-            database_url=os.environ.get("MEMORY_DATABASE_URL", "").strip() or None,
-            transcripts=Path(transcripts).expanduser() if transcripts else SAMPLE_TRANSCRIPTS,
-            timezone=tz,
-            max_message_bytes=_int_env("MEMORY_MAX_MESSAGE_BYTES", 1_000_000),
-            partition_start=start,
+            home=setting("MEMORY_HOME") or default_home(),
+            database_url=setting("MEMORY_DATABASE_URL"),
+            transcripts=setting("MEMORY_TRANSCRIPTS"),
+            timezone=setting("MEMORY_TIMEZONE"),
+            max_message_bytes=setting("MEMORY_MAX_MESSAGE_BYTES"),
+            partition_start=setting("MEMORY_PARTITION_START"),
         )
+
+
+@dataclass(frozen=True)
+class DecaySettings:
+    """When decay may archive: only memory at least `min_age_days` old (conversation time)
+    and unaccessed that long, scoring below `threshold`; facts only when `decay_facts`."""
+    min_age_days: int = SPECS["MEMORY_DECAY_MIN_AGE_DAYS"].default
+    threshold: float = SPECS["MEMORY_DECAY_THRESHOLD"].default
+    base_rate: float = SPECS["MEMORY_DECAY_BASE_RATE"].default
+    decay_facts: bool = SPECS["MEMORY_DECAY_FACTS"].default
+    pii_retention_days: int = SPECS["MEMORY_PII_RETENTION_DAYS"].default
+
+    @classmethod
+    def from_env(cls) -> "DecaySettings":
+        return cls(min_age_days=setting("MEMORY_DECAY_MIN_AGE_DAYS"), threshold=setting("MEMORY_DECAY_THRESHOLD"),
+                   base_rate=setting("MEMORY_DECAY_BASE_RATE"), decay_facts=setting("MEMORY_DECAY_FACTS"),
+                   pii_retention_days=setting("MEMORY_PII_RETENTION_DAYS"))

@@ -16,6 +16,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.chunks import CONTEXT_WINDOW_MESSAGES, PACKER_VERSION, chunk_breadcrumbs, pack_chunks
+from memory_pipelines.config import SPECS
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.facts import render_for_extraction, validate_items
@@ -256,7 +257,7 @@ def summarize_range(pool: ConnectionPool, partition_keys: Sequence[str], summari
     return _parallel(sessions, work, concurrency)
 
 
-STALE_AFTER = timedelta(minutes=30)
+STALE_AFTER = timedelta(minutes=SPECS["MEMORY_STALE_MINUTES"].default)
 
 
 def _facts_hash(facts) -> str:

@@ -24,6 +24,8 @@ PAGE_ROWS = 512
 class EmbeddingReport:
     # table -> ids of the rows embedded (every table of EMBEDDED_TABLES, possibly empty)
     embedded_ids: dict[str, list[int]] = field(default_factory=lambda: {table: [] for table in EMBEDDED_TABLES})
+    # table -> how many of them replaced a vector of another model (the embedder changed)
+    replaced: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EMBEDDED_TABLES, 0))
 
 
 def _store(conn: psycopg.Connection, table: str, ids: list[int], vectors: list[list[float]], model_id: str) -> None:
@@ -47,9 +49,10 @@ def embed_missing(pool: ConnectionPool, embedder: Embedder, page_rows: int = PAG
                                                      "limit": page_rows}).fetchall()
             if not rows:
                 break
-            vectors = embedder.embed([text for _, text in rows])
+            vectors = embedder.embed([text for _, text, _ in rows])
             with pool.connection() as conn, conn.transaction():
-                _store(conn, table, [row_id for row_id, _ in rows], vectors, embedder.model_id)
-            report.embedded_ids[table].extend(row_id for row_id, _ in rows)
+                _store(conn, table, [row_id for row_id, _, _ in rows], vectors, embedder.model_id)
+            report.embedded_ids[table].extend(row_id for row_id, _, _ in rows)
+            report.replaced[table] += sum(1 for _, _, stale in rows if stale)
             after = rows[-1][0]
     return report

@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import jsonschema
 
+from memory_pipelines.config import CONSENT_BASES
 from memory_pipelines.models import Message
 from memory_pipelines.pii import sanitize
 from memory_pipelines.rules.text import clip
@@ -19,7 +21,7 @@ from memory_pipelines.rules.text import clip
 KINDS = ("fact", "event", "instruction", "insight", "user", "project")
 IMPORTANCE = {"insight": 0.8, "instruction": 0.7, "user": 0.6, "project": 0.6, "fact": 0.5, "event": 0.3}
 SCOPES = ("entity", "process", "session", "global")
-CONSENT = ("legitimate_interest", "consent", "legal_obligation", "vital_interest", "public_task", "not_set")
+CONSENT = CONSENT_BASES
 # relations a subject holds one value of at a time: a newer object closes the older triple
 FUNCTIONAL_RELATIONS = {"works_at", "reports_to", "listens_on", "deployed_on", "uses_database", "lives_in"}
 ERROR_TTL = timedelta(days=90)
@@ -184,9 +186,126 @@ def resolved_errors(messages: Sequence[Message]) -> list[ErrorFix]:
     return found
 
 
+@dataclass(frozen=True)
+class Triple:
+    """One entity-graph statement; `closed_by_object` is the newer object that closed it."""
+    user_id: str
+    subject: str
+    relation: str
+    object: str
+    valid_from: datetime
+    valid_until: datetime | None = None
+    closed_by_object: str | None = None
+
+    @property
+    def topic(self) -> tuple[str, str, str]:
+        """What the statement is about: its user, subject and relation."""
+        return self.user_id, self.subject.casefold(), self.relation
+
+
+def _mentions(text: str, phrase: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(phrase.casefold())}(?!\w)", text) is not None
+
+
+def states(text: str, user_id: str | None, triple: Triple) -> bool:
+    """Whether a memory's text states this triple: it names the object, and the subject
+    unless the subject is the user themself (whom entries rarely name)."""
+    if user_id != triple.user_id:
+        return False
+    folded = text.casefold()
+    return _mentions(folded, triple.object) and (triple.subject == user_id or _mentions(folded, triple.subject))
+
+
+def superseded_by(text: str, user_id: str | None, seen_at: datetime, triples: Iterable[Triple]) -> str | None:
+    """The newer statement that overrides this memory, if any: it states a triple that a
+    later triple with another object closed, was last seen before that, and does not also
+    state the new object (a memory that names the change itself is current)."""
+    folded = text.casefold()
+    newest = None
+    for t in triples:
+        if (t.valid_until is not None and t.closed_by_object is not None and seen_at < t.valid_until
+                and states(text, user_id, t) and not _mentions(folded, t.closed_by_object)
+                and (newest is None or t.valid_until > newest.valid_until)):
+            newest = t
+    return f"{newest.subject} {newest.relation} {newest.closed_by_object}" if newest else None
+
+
 def decay_score(importance: float, age_hours: float, access_count: int, base_rate: float) -> float:
     """navra's FadeMem score: importance · e^(−rate·age) + boost, where rate =
     base_rate / (1 + importance) and the boost grows with accesses, capped at 0.3."""
     rate = base_rate / (1 + importance)
     boost = min(0.3, 0.1 * math.log1p(max(0, access_count)))
     return importance * math.exp(-rate * max(0.0, age_hours)) + boost
+
+
+@dataclass(frozen=True)
+class DecayCandidate:
+    """A served memory decay may archive: a knowledge entry or a fact."""
+    source_table: str
+    id: int
+    key: str
+    user_id: str | None
+    text: str
+    importance: float
+    seen_at: datetime  # conversation time it was last observed
+    access_count: int
+    last_accessed_at: datetime | None
+    valid_until: datetime | None
+    has_pii: bool
+
+
+@dataclass(frozen=True)
+class DecayVerdict:
+    candidate: DecayCandidate
+    score: float
+    # archived: expired, pii_retention or decayed; kept: too_young, recently_accessed,
+    # above_threshold, facts_not_decayed, older_statement_kept
+    reason: str
+    archived: bool
+
+
+def plan_decay(candidates: Sequence[DecayCandidate], triples: Sequence[Triple], as_of: datetime, *,
+               min_age: timedelta, threshold: float, base_rate: float, decay_facts: bool,
+               pii_retention: timedelta) -> list[DecayVerdict]:
+    """What decay does to each candidate as of `as_of` (conversation time).
+
+    Expired rows and PII past its retention go (explicit limits). Otherwise a row decays
+    only when it is at least `min_age` old and unaccessed that long and navra's score has
+    fallen below `threshold`; facts only when `decay_facts`. And never a newer statement
+    while an older one about the same subject stays: entries stating triples of one (user,
+    subject, relation) are archived oldest first, so a kept entry keeps every newer one."""
+    verdicts: dict[int, DecayVerdict] = {}
+    for c in candidates:
+        score = decay_score(c.importance, (as_of - c.seen_at).total_seconds() / 3600, c.access_count, base_rate)
+        if c.valid_until is not None and c.valid_until <= as_of:
+            reason = "expired"
+        elif c.has_pii and c.seen_at < as_of - pii_retention:
+            reason = "pii_retention"
+        elif c.source_table == "memory_facts" and not decay_facts:
+            reason = "facts_not_decayed"
+        elif as_of - c.seen_at < min_age:
+            reason = "too_young"
+        elif c.last_accessed_at is not None and as_of - c.last_accessed_at < min_age:
+            reason = "recently_accessed"
+        elif score >= threshold:
+            reason = "above_threshold"
+        else:
+            reason = "decayed"
+        verdicts[id(c)] = DecayVerdict(c, score, reason, reason in ("expired", "pii_retention", "decayed"))
+    topics: dict[tuple, list[DecayCandidate]] = {}
+    for c in candidates:
+        if c.source_table == "knowledge_entries":
+            for topic in {t.topic for t in triples if states(c.text, c.user_id, t)}:
+                topics.setdefault(topic, []).append(c)
+    changed = True
+    while changed:  # a row kept in one topic may keep newer rows of its other topics
+        changed = False
+        for members in topics.values():
+            kept_before = False
+            for c in sorted(members, key=lambda m: (m.seen_at, m.id)):
+                verdict = verdicts[id(c)]
+                if kept_before and verdict.reason == "decayed":
+                    verdicts[id(c)] = DecayVerdict(c, verdict.score, "older_statement_kept", False)
+                    changed = True
+                kept_before = kept_before or not verdicts[id(c)].archived
+    return [verdicts[id(c)] for c in candidates]

@@ -7,7 +7,7 @@ import json
 import re
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -18,12 +18,12 @@ from psycopg.types.json import Jsonb
 
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
-from memory_pipelines.knowledge import decay_score
+from memory_pipelines.config import DecaySettings
+from memory_pipelines.knowledge import DecayCandidate, Triple, plan_decay, superseded_by
 from memory_pipelines.pii import sanitize
 
-DECAY_BASE_RATE = 0.001  # per hour
-DECAY_THRESHOLD = 0.5
-PII_RETENTION = timedelta(days=180)
+# the tables whose rows record accesses (decay's boost and disuse)
+ACCESS_COUNTED = ("knowledge_entries", "memory_facts")
 # forget deletes in this order: children before what they were derived from
 FORGET_TABLES = (
     "memory_facts_hidden", "memory_facts", "memory_fact_rejections", "memory_summary", "session_memory_state",
@@ -35,7 +35,9 @@ FORGET_TABLES = (
 
 @dataclass
 class DecayReport:
-    archived: Counter = field(default_factory=Counter)
+    as_of: datetime | None = None
+    archived: Counter = field(default_factory=Counter)  # "table:reason" -> rows moved to the archive
+    kept: Counter = field(default_factory=Counter)  # "table:reason" -> rows decay considered and kept
     scores: list[float] = field(default_factory=list)
 
     def distribution(self) -> dict[str, float]:
@@ -61,32 +63,38 @@ def _archive(conn: psycopg.Connection, table: str, rows: list[dict], as_of: date
     conn.execute(sql.SQL(query("delete_rows")).format(table=sql.Identifier(table)), {"ids": ids})
 
 
-def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id: str, *,
-          base_rate: float = DECAY_BASE_RATE, threshold: float = DECAY_THRESHOLD,
-          pii_retention: timedelta = PII_RETENTION) -> DecayReport:
-    """Score every knowledge entry and fact as of `as_of` (a partition's end, so a backfill
-    reproduces it) and move to memory_archive what fell below the threshold, what expired,
-    error memories past their TTL and PII past its retention age."""
-    report = DecayReport()
-    for table, listing in (("knowledge_entries", "decay_knowledge_candidates"),
-                           ("memory_facts", "decay_fact_candidates")):
-        with conn.cursor(row_factory=dict_row) as cur:
-            candidates = cur.execute(query(listing), {"as_of": as_of}).fetchall()
+def decay_as_of(conn: psycopg.Connection, window_end: datetime) -> datetime | None:
+    """The moment decay judges from: the newest message the pipeline has seen before the
+    window's end (conversation time, never the wall clock or a file's date), so a backfill
+    reproduces it; None when nothing was ingested yet."""
+    return conn.execute(query("newest_message_before"), {"before": window_end}).fetchone()[0]
+
+
+def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id: str,
+          settings: DecaySettings = DecaySettings()) -> DecayReport:
+    """Judge every knowledge entry and fact as of `as_of` (`knowledge.plan_decay`) and move
+    to memory_archive what it archives, and error memories past their TTL."""
+    report = DecayReport(as_of=as_of)
+    with conn.cursor(row_factory=dict_row) as cur:
+        candidates = [DecayCandidate(**row) for listing in ("decay_knowledge_candidates", "decay_fact_candidates")
+                      for row in cur.execute(query(listing), {"as_of": as_of}).fetchall()]
+        users = sorted({c.user_id for c in candidates if c.user_id is not None})
+        triples = [Triple(**row) for row in cur.execute(query("graph_statements"),
+                                                        {"user_ids": users, "all_users": False}).fetchall()]
+    verdicts = plan_decay(candidates, triples, as_of, min_age=timedelta(days=settings.min_age_days),
+                          threshold=settings.threshold, base_rate=settings.base_rate,
+                          decay_facts=settings.decay_facts,
+                          pii_retention=timedelta(days=settings.pii_retention_days))
+    for table in ("knowledge_entries", "memory_facts"):
         moving = []
-        for c in candidates:
-            age_hours = (as_of - c["seen_at"]).total_seconds() / 3600
-            score = decay_score(float(c["importance"]), age_hours, c["access_count"], base_rate)
-            report.scores.append(score)
-            if c["valid_until"] is not None and c["valid_until"] <= as_of:
-                reason = "expired"
-            elif c["has_pii"] and c["seen_at"] < as_of - pii_retention:
-                reason = "pii_retention"
-            elif score < threshold:
-                reason = "decayed"
-            else:
+        for v in verdicts:
+            if v.candidate.source_table != table:
                 continue
-            moving.append({"id": c["id"], "key": c["key"], "reason": reason, "score": round(score, 6)})
-            report.archived[f"{table}:{reason}"] += 1
+            report.scores.append(v.score)
+            (report.archived if v.archived else report.kept)[f"{table}:{v.reason}"] += 1
+            if v.archived:
+                moving.append({"id": v.candidate.id, "key": v.candidate.key, "reason": v.reason,
+                               "score": round(v.score, 6)})
         _archive(conn, table, moving, as_of, partition_key, run_id)
     with conn.cursor(row_factory=dict_row) as cur:
         expired = [{"id": r["id"], "key": r["key"], "reason": "ttl", "score": None}
@@ -97,11 +105,76 @@ def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id:
 
 
 def restore(conn: psycopg.Connection, archive_id: int) -> list[tuple[str, int]]:
-    """Put an archived row back where it was (with the hidden fact rows archived with it)."""
+    """Put an archived row back where it was (with the hidden fact rows archived with it),
+    counted as accessed now: decay keeps what someone brought back for its minimum age."""
     restored = repository.restore_archived(conn, archive_id)
     if not restored:
         raise LookupError(f"no archived row {archive_id}")
+    for table, source_id in restored:
+        if table in ACCESS_COUNTED:
+            conn.execute(sql.SQL(query("touch_restored")).format(table=sql.Identifier(table)), {"id": source_id})
     return restored
+
+
+@dataclass(frozen=True)
+class ArchiveSelection:
+    """Which archive rows: every field given must match (ids: any of them)."""
+    reason: str | None = None
+    since: datetime | None = None  # archived at or after
+    run_id: str | None = None  # the run that archived them
+    user_id: str | None = None
+    ids: tuple[int, ...] = ()
+    limit: int | None = None
+    with_followers: bool = True  # hidden fact rows, which come back with their survivor
+
+    @property
+    def empty(self) -> bool:
+        return not (self.reason or self.since or self.run_id or self.user_id or self.ids)
+
+
+@dataclass(frozen=True)
+class ArchivedRow:
+    id: int
+    source_table: str
+    source_id: int
+    source_key: str | None
+    user_id: str | None
+    session_id: str | None
+    reason: str
+    score: float | None
+    as_of: datetime
+    archived_at: datetime
+    run_id: str
+    label: str
+
+
+def archived_rows(conn: psycopg.Connection, selection: ArchiveSelection) -> list[ArchivedRow]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return [ArchivedRow(**row) for row in cur.execute(query("archived_rows"), {
+            "reason": selection.reason, "since": selection.since, "run_id": selection.run_id,
+            "user_id": selection.user_id, "ids": list(selection.ids), "limit": selection.limit,
+            "with_followers": selection.with_followers}).fetchall()]
+
+
+@dataclass(frozen=True)
+class Restored:
+    row: ArchivedRow
+    restored: tuple[tuple[str, int], ...]  # (table, id) put back: the row and its hidden fact rows
+    conflict: str | None = None  # why it could not come back (a live row holds its place)
+
+
+def restore_selected(conn: psycopg.Connection, selection: ArchiveSelection) -> list[Restored]:
+    """Restore every selected archive row (hidden fact rows come back with their survivor),
+    each in a savepoint: one whose place a live row took is reported, the rest go on. The
+    caller's transaction decides: roll it back for a dry run."""
+    results = []
+    for row in archived_rows(conn, replace(selection, with_followers=False)):
+        try:
+            with conn.transaction():
+                results.append(Restored(row, tuple(restore(conn, row.id))))
+        except psycopg.errors.UniqueViolation as exc:
+            results.append(Restored(row, (), f"a live row holds its place ({exc.diag.constraint_name})"))
+    return results
 
 
 def forget(conn: psycopg.Connection, user_id: str, session_id: str | None = None) -> dict[str, int]:
@@ -136,14 +209,18 @@ def _yaml(value) -> str:
 
 def export_markdown(conn: psycopg.Connection, out_dir: Path, user_id: str | None = None) -> list[Path]:
     """One Markdown file per knowledge entry (the user's and global ones, or all), with YAML
-    frontmatter, sanitized. File names are built from the entry only, never from input, so
-    nothing is written outside `out_dir`."""
+    frontmatter, sanitized; `status` says whether a newer statement overrides it (outdated,
+    with `superseded_by`) or not (current). File names are built from the entry only, never
+    from input, so nothing is written outside `out_dir`."""
     out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     with conn.cursor(row_factory=dict_row) as cur:
         entries = cur.execute(query("export_entries"), {"user_id": user_id}).fetchall()
+        triples = [Triple(**row) for row in cur.execute(query("graph_statements"), {
+            "all_users": user_id is None, "user_ids": [user_id]}).fetchall()]
     for e in entries:
+        newer = superseded_by(f"{e['title']} {e['content']}", e["user_id"], e["updated_at"], triples)
         title, content = sanitize(e["title"]).text, sanitize(e["content"]).text
         slug = _SLUG.sub("-", title.casefold()).strip("-")[:60] or "entry"
         path = out_dir / f"{e['kind']}-{slug}-{e['entry_key'][:10]}.md"
@@ -152,7 +229,8 @@ def export_markdown(conn: psycopg.Connection, out_dir: Path, user_id: str | None
         front = {"kind": e["kind"], "title": title, "tags": list(e["tags"]), "scope": e["scope"],
                  "scope_id": e["scope_id"], "version": e["version"], "confidence": round(e["confidence"], 3),
                  "importance": round(e["importance"], 3), "valid_until": e["valid_until"],
-                 "consent_basis": e["consent_basis"], "updated_at": e["updated_at"], "lineage": lineage}
+                 "consent_basis": e["consent_basis"], "updated_at": e["updated_at"],
+                 "status": "outdated" if newer else "current", "superseded_by": newer, "lineage": lineage}
         lines = ["---", *(f"{k}: {_yaml(v)}" for k, v in front.items()), "---", "", f"# {title}", "", content, ""]
         path.write_text("\n".join(lines), encoding="utf-8")
         written.append(path)

@@ -27,6 +27,12 @@ class QuarantineReason(StrEnum):
     USER_MISMATCH = "user_mismatch"
 
 
+# what unified search can be narrowed to
+SEARCH_SCOPES = ("all", "facts", "raw", "sketches", "knowledge")
+# why a row left its table for memory_archive (the table's CHECK constraint holds the same)
+ARCHIVE_REASONS = ("decayed", "expired", "ttl", "pii_retention", "merged_with")
+
+
 @dataclass(frozen=True, slots=True)
 class TimeWindow:
     """Half-open [start, end) in UTC."""
@@ -79,6 +85,7 @@ class TranscriptScan:
     messages: tuple[Message, ...]
     quarantined: tuple[QuarantinedRecord, ...]
     files: int
+    skipped_files: tuple[str, ...] = ()  # files of no transcript kind in the folder, not read
 
     @property
     def read(self) -> int:

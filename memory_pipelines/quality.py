@@ -11,6 +11,7 @@ great-expectations (a 3-second import, paid once per process when a check first 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from collections.abc import Sequence
@@ -45,6 +46,8 @@ def _batch_definition(name: str):
             import great_expectations as gx
             from great_expectations.data_context.types.base import ProgressBarsConfig
 
+            # that module sets its own logger to INFO: every run would print where GE put a temp folder
+            logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.WARNING)
             _context = gx.get_context(mode="ephemeral")
             _context.variables.progress_bars = ProgressBarsConfig(globally=False)
             _context.data_sources.add_pandas("memory_pipelines")

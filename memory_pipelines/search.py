@@ -6,6 +6,7 @@ Every search is scoped to one user; reading across users needs `admin=True`.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -18,7 +19,11 @@ from psycopg.rows import dict_row
 
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder, EmbeddingError
+from memory_pipelines.knowledge import Triple, superseded_by
+from memory_pipelines.models import SEARCH_SCOPES
 from memory_pipelines.rules.text import ALL_STOPWORDS, content_words
+
+log = logging.getLogger(__name__)
 
 FACT_MAX_DISTANCE = 0.3
 CHUNK_MAX_DISTANCE = 0.45
@@ -29,12 +34,25 @@ MAX_QUERY_CHARS = 1000
 MAX_TERMS = 16
 # Chunk full-text candidates kept per hit wanted: ranked in SQL before any content is read.
 TEXT_CANDIDATES_PER_HIT = 2
-SCOPES = ("all", "facts", "raw", "sketches", "knowledge")
+SCOPES = SEARCH_SCOPES
 _TERM = re.compile(r"\w+", re.UNICODE)
 
 
 class AccessDenied(PermissionError):
     pass
+
+
+@dataclass(frozen=True)
+class EmbedderMismatch:
+    """The stored vectors were made with another model than the configured embedder: until
+    the next run re-embeds them, search ranks by text alone."""
+    configured: str
+    stored: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return (f"stored vectors were made with {', '.join(self.stored)}, the configured embedder is "
+                f"{self.configured}: searching by text until `memory-pipelines run` re-embeds them")
 
 
 @dataclass(frozen=True)
@@ -101,6 +119,8 @@ class MemorySearch:
     def __init__(self, conn: psycopg.Connection, embedder: Embedder | None = None, *, admin: bool = False):
         self.conn, self.embedder, self.admin = conn, embedder, admin
         self._last_vector: tuple[str, np.ndarray] | None = None  # one query embeds once across the stores
+        self._vectors_usable: dict[str | None, bool] = {}  # per user: stored vectors are the embedder's
+        self.warnings: list[EmbedderMismatch] = []
         if embedder is not None:
             register_vector(conn)  # a connection from outside the pool may not know the type yet
 
@@ -111,8 +131,21 @@ class MemorySearch:
             raise AccessDenied("searching without a user needs admin=True")
         return {"user_id": user_id, "all_users": user_id is None}
 
-    def _vector(self, text: str) -> np.ndarray | None:
-        if self.embedder is None or not text.strip():
+    def _vectors_match(self, user_id: str | None) -> bool:
+        """Whether the user's stored vectors are the configured embedder's; if not, say so
+        once and search by text (vectors of two models are not comparable)."""
+        if user_id not in self._vectors_usable:
+            other = tuple(r[0] for r in self.conn.execute(query("other_embedding_models"), {
+                **self._scope(user_id), "model": self.embedder.model_id}))
+            if other:
+                mismatch = EmbedderMismatch(self.embedder.model_id, other)
+                self.warnings.append(mismatch)
+                log.info("search: %s", mismatch.message)
+            self._vectors_usable[user_id] = not other
+        return self._vectors_usable[user_id]
+
+    def _vector(self, text: str, user_id: str | None) -> np.ndarray | None:
+        if self.embedder is None or not text.strip() or not self._vectors_match(user_id):
             return None
         text = text[:MAX_QUERY_CHARS]
         if self._last_vector is not None and self._last_vector[0] == text:
@@ -150,7 +183,7 @@ class MemorySearch:
     def _facts(self, text: str, user_id: str | None, limit: int) -> Plan:
         # both statements are sent at once; the text rows count only without a vector hit
         scope = self._scope(user_id)
-        vector = self._vector(text)
+        vector = self._vector(text, user_id)
         terms = query_terms(text)
         statements = []
         if vector is not None:
@@ -206,7 +239,7 @@ class MemorySearch:
             return Plan((("recent_chunks", {**scope, "limit": limit}),),
                         lambda results: [self._chunk_hit(r, 0.0, None, 0) for r in results[0]])
         wide = limit * 4 if mode == "hybrid" else limit
-        vector = self._vector(text) if mode != "text" else None
+        vector = self._vector(text, user_id) if mode != "text" else None
         params = {**scope, "match": _tsquery(terms, prefix=True), "rank": _tsquery(terms),
                   "vector": vector, "model": self.embedder.model_id if vector is not None else None,
                   "vector_limit": wide if vector is not None else 0,
@@ -298,25 +331,37 @@ class MemorySearch:
                    consent: str | None, at: datetime | None) -> Plan:
         scope = self._scope(user_id)
         terms = query_terms(text)
-        vector = self._vector(text)
+        vector = self._vector(text, user_id)
         params = {**scope, "session_id": session_id, "process": process, "consent": consent,
                   "at": at or datetime.now().astimezone(), "tsquery": _tsquery(terms),
                   "model": self.embedder.model_id if vector is not None else None,
                   "vector": vector if vector is not None else np.zeros(1, dtype=np.float32)}
-        return Plan((("knowledge_search", params),), lambda results: self._knowledge_hits(results[0], terms, limit))
+        statements = (("knowledge_search", params),
+                      ("graph_statements", {"all_users": scope["all_users"], "user_ids": [user_id]}))
+        return Plan(statements, lambda results: self._knowledge_hits(
+            results[0], [Triple(**row) for row in results[1]], terms, limit))
 
     @staticmethod
-    def _knowledge_hits(rows: list[dict], terms: Sequence[str], limit: int) -> list[MemoryHit]:
-        hits = {r["id"]: MemoryHit("knowledge", f"{r['title']}: {r['content']}", r["session_id"], r["updated_at"],
-                                   0.0, id=r["id"], user_id=r["user_id"], key=r["entry_key"], kind=r["kind"],
-                                   category=r["scope"], start_seq=r["seq_start"], end_seq=r["seq_end"],
-                                   similarity=1 - r["distance"] if r["distance"] is not None else None,
-                                   matched_terms=_terms_hit(f"{r['title']} {r['content']}", terms))
-                for r in rows}
+    def _knowledge_hits(rows: list[dict], triples: Sequence[Triple], terms: Sequence[str],
+                        limit: int) -> list[MemoryHit]:
+        """Hybrid ranking, then current entries before outdated ones: an entry stating a
+        graph statement that a newer one closed is `superseded_by` it (still returned)."""
+        hits = {}
+        for r in rows:
+            # rules-made entries repeat their title in the content
+            text = r["content"] if r["content"].casefold().startswith(r["title"].casefold()) \
+                else f"{r['title']}: {r['content']}"
+            hits[r["id"]] = MemoryHit(
+                "knowledge", text, r["session_id"], r["updated_at"], 0.0, id=r["id"], user_id=r["user_id"],
+                key=r["entry_key"], kind=r["kind"], category=r["scope"], start_seq=r["seq_start"],
+                end_seq=r["seq_end"], similarity=1 - r["distance"] if r["distance"] is not None else None,
+                matched_terms=_terms_hit(f"{r['title']} {r['content']}", terms),
+                superseded_by=superseded_by(f"{r['title']} {r['content']}", r["user_id"], r["updated_at"], triples))
         by_vector = sorted((h for h in hits.values() if h.similarity is not None), key=lambda h: (-h.similarity, h.id))
         by_text = sorted((h for h in hits.values() if h.matched_terms), key=lambda h: (-h.matched_terms, h.id))
         fused = fuse_rrf([by_vector[: limit * 4], by_text[: limit * 4]]) if terms else by_vector
-        return [h for h in fused if h.matched_terms or (h.similarity or 0) >= 1 - CHUNK_MAX_DISTANCE][:limit]
+        kept = [h for h in fused if h.matched_terms or (h.similarity or 0) >= 1 - CHUNK_MAX_DISTANCE][:limit]
+        return sorted(kept, key=lambda h: h.superseded_by is not None)  # stable: relevance order within each
 
     def search_errors(self, text: str, user_id: str, limit: int = 5) -> list[MemoryHit]:
         """Resolved tool errors like this one; every hit renews its 90-day TTL."""
@@ -353,7 +398,8 @@ class UnifiedMemorySearch(MemorySearch):
     def search(self, text: str, scope: str = "all", k: int = 5, user_id: str | None = None,
                session_id: str | None = None, current_session_id: str | None = None,
                summary_at: datetime | None = None) -> list[MemoryHit]:
-        scope = scope if scope in SCOPES else "all"
+        if scope not in SCOPES:
+            raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
         k = max(1, min(20, int(k)))
         plans: dict[str, Plan] = {}  # in tier order; every store's statements in one round trip
         if scope in ("all", "facts"):
@@ -416,15 +462,19 @@ def _when(moment: datetime | None) -> str:
 
 
 def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars: int = 600) -> str:
-    """The memory_search tool output, in the navi shape."""
-    lines = [f'memory_search "{text}" (scope={scope if scope in SCOPES else "all"}): {len(hits)} hit(s)']
+    """The memory_search tool output, in the navi shape. Each hit names its row as
+    `memory-pipelines lineage` takes it (fact #12 -> `lineage fact 12`, chunk, entry); a raw
+    excerpt read from the message archive is `message`, its session and turn."""
+    lines = [f'memory_search "{text}" (scope={scope}): {len(hits)} hit(s)']
     for number, hit in enumerate(hits, start=1):
         lines.append("")
         if hit.source_type == "fact":
-            lines.append(f"{number}. fact [{hit.category}] · session {hit.session_id} · updated {_when(hit.timestamp)}")
+            lines.append(f"{number}. fact #{hit.id} [{hit.category}] · session {hit.session_id} · "
+                         f"updated {_when(hit.timestamp)}")
             lines.append(f"   {hit.text}")
         elif hit.source_type == "raw":
-            lines.append(f"{number}. raw · session {hit.session_id} · turn {hit.start_seq}–{hit.end_seq} · "
+            row = f"chunk #{hit.id}" if hit.id is not None else "message"
+            lines.append(f"{number}. raw {row} · session {hit.session_id} · turn {hit.start_seq}–{hit.end_seq} · "
                          f"{_when(hit.timestamp)}")
             if hit.superseded_by:
                 lines.append(f"   ⚠ outdated: a newer curated fact overrides this ({hit.superseded_by})")
@@ -435,11 +485,14 @@ def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars:
             body = hit.text if len(hit.text) <= excerpt_chars else hit.text[: excerpt_chars - 1] + "…"
             lines.extend(f"   {line}" for line in body.splitlines())
         elif hit.source_type == "knowledge":
-            lines.append(f"{number}. knowledge [{hit.kind}] · {hit.category} · session {hit.session_id} · "
+            lines.append(f"{number}. knowledge entry #{hit.id} [{hit.kind}] · {hit.category} · session {hit.session_id} · "
                          f"{_when(hit.timestamp)}")
+            if hit.superseded_by:
+                lines.append(f"   ⚠ outdated: a newer statement overrides this ({hit.superseded_by})")
             lines.append(f"   {hit.text}")
         else:
-            lines.append(f"{number}. sketch [{hit.section}] · session {hit.session_id} · {_when(hit.timestamp)}")
+            lines.append(f"{number}. sketch #{hit.id} [{hit.section}] · session {hit.session_id} · "
+                         f"{_when(hit.timestamp)}")
             lines.append(f"   {hit.text}")
     return "\n".join(lines)
 

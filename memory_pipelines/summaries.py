@@ -21,11 +21,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from memory_pipelines.config import SPECS
 from memory_pipelines.llm.backends import SUMMARY_TOOL_CHARS, ModelBackend, ModelCall, ModelError, render_message
 from memory_pipelines.llm.prompts import FIND_OVERTURNED, SUMMARIZE
 from memory_pipelines.models import Message, Summary
 
-SUMMARY_CHUNK_CHARS = 32_000
+SUMMARY_CHUNK_CHARS = SPECS["MEMORY_SUMMARY_CHUNK_CHARS"].default
 ELISION = "\n[… {n} characters elided …]\n"
 
 

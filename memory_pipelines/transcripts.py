@@ -1,4 +1,5 @@
-"""Reading transcript files with DuckDB: JSON Lines, Parquet and per-session `history.json`.
+"""Reading transcript files with DuckDB: JSON Lines, Parquet and `.json` arrays of messages
+(such as the per-session `history.json`).
 
 Every record becomes (source, line, raw JSON text); byte-level faults (invalid UTF-8, NUL
 bytes) are caught here, everything else (JSON validity, fields, types, roles, time zones,
@@ -13,7 +14,8 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -22,12 +24,40 @@ from memory_pipelines.db.queries import query
 from memory_pipelines.models import Message, QuarantinedRecord, QuarantineReason, TimeWindow, TranscriptScan
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+ACCEPTED_KINDS = ".jsonl or .ndjson (JSON Lines), .parquet, or .json such as history.json (a JSON array of messages)"
 RAW_CAP = 4000
+SKIPPED_SHOWN = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class TranscriptSourceError(RuntimeError):
     """The transcript location itself cannot be read (not a bad record: those are quarantined)."""
+
+
+class NotATranscriptFile(TranscriptSourceError):
+    """A file named directly is of no kind transcripts come in: nothing is read from it."""
+
+
+def transcript_kind(path: Path) -> str | None:
+    """How a file is read: `jsonl`, `parquet` or `json` (an array of messages); None: not a transcript."""
+    suffix = path.suffix.lower()
+    if suffix in JSONL_SUFFIXES:
+        return "jsonl"
+    return {".parquet": "parquet", ".json": "json"}.get(suffix)
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The transcript files under a location, and the files there of no transcript kind."""
+    files: tuple[Path, ...]
+    skipped: tuple[str, ...] = ()  # paths relative to the folder
+
+
+def describe_skipped(skipped: Sequence[str]) -> str:
+    """One line for the files of no transcript kind a folder held: how many, the first ten."""
+    shown = ", ".join(skipped[:SKIPPED_SHOWN])
+    more = f" and {len(skipped) - SKIPPED_SHOWN} more" if len(skipped) > SKIPPED_SHOWN else ""
+    return f"{len(skipped)} file(s) of no transcript kind skipped: {shown}{more} (accepted: {ACCEPTED_KINDS})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +96,7 @@ def _jsonl_records(path: Path, source: str, mtime_us: int) -> Iterator[_RawRecor
         yield _RawRecord(source, number, text, len(line), reason, detail, mtime_us)
 
 
-def _history_records(path: Path, source: str, mtime_us: int) -> Iterator[_RawRecord]:
+def _json_array_records(path: Path, source: str, mtime_us: int) -> Iterator[_RawRecord]:
     data = path.read_bytes()
     text, reason, detail = _decode_line(data)
     if reason is None:
@@ -76,7 +106,7 @@ def _history_records(path: Path, source: str, mtime_us: int) -> Iterator[_RawRec
             reason, detail = QuarantineReason.MALFORMED_JSON, f"not a valid JSON array: {exc.msg} at line {exc.lineno}"
         else:
             if not isinstance(items, list):
-                reason, detail = QuarantineReason.NOT_AN_OBJECT, "a history.json file must hold a JSON array of messages"
+                reason, detail = QuarantineReason.NOT_AN_OBJECT, "a .json transcript must hold a JSON array of messages"
     if reason is not None:
         # The whole file is one refused record: line 0 stands for "the file".
         yield _RawRecord(source, 0, text, len(data), reason, detail, mtime_us)
@@ -97,14 +127,18 @@ def _parquet_records(con: duckdb.DuckDBPyConnection, path: Path, source: str, mt
         yield _RawRecord(source, int(number), raw, len(raw.encode()), None, None, mtime_us)
 
 
-def discover_files(con: duckdb.DuckDBPyConnection, root: Path) -> list[Path]:
-    """Transcript files under `root` (or `root` itself when it is a file), sorted."""
+def discover_files(con: duckdb.DuckDBPyConnection, root: Path) -> Discovery:
+    """Transcript files under `root`, sorted, and the other files there (skipped, listed).
+    A file named directly must be of a transcript kind: anything else is refused whole."""
     if root.is_file():
-        return [root]
+        if transcript_kind(root) is None:
+            raise NotATranscriptFile(f"{root} is not a transcript file: accepted are {ACCEPTED_KINDS}")
+        return Discovery((root,))
     if not root.is_dir():
         raise TranscriptSourceError(f"transcript path does not exist: {root}")
-    files = [Path(row[0]) for row in con.execute(query("scan_glob"), {"pattern": str(root / "**" / "*")}).fetchall()]
-    return [f for f in files if f.suffix in (*JSONL_SUFFIXES, ".parquet") or f.name == "history.json"]
+    found = [Path(row[0]) for row in con.execute(query("scan_glob"), {"pattern": str(root / "**" / "*")}).fetchall()]
+    return Discovery(tuple(f for f in found if transcript_kind(f) is not None),
+                     tuple(f.relative_to(root).as_posix() for f in found if transcript_kind(f) is None))
 
 
 def _read_raw(con: duckdb.DuckDBPyConnection, root: Path, files: list[Path]) -> pa.Table:
@@ -113,12 +147,13 @@ def _read_raw(con: duckdb.DuckDBPyConnection, root: Path, files: list[Path]) -> 
     for path in files:
         source = path.relative_to(base).as_posix()
         mtime_us = int(path.stat().st_mtime * 1_000_000)
-        if path.suffix in JSONL_SUFFIXES:
+        kind = transcript_kind(path)
+        if kind == "jsonl":
             records.extend(_jsonl_records(path, source, mtime_us))
-        elif path.suffix == ".parquet":
+        elif kind == "parquet":
             records.extend(_parquet_records(con, path, source, mtime_us))
         else:
-            records.extend(_history_records(path, source, mtime_us))
+            records.extend(_json_array_records(path, source, mtime_us))
     columns = ("source", "line", "raw", "raw_bytes", "pre_reason", "pre_detail", "file_mtime_us")
     types = (pa.string(), pa.int64(), pa.string(), pa.int64(), pa.string(), pa.string(), pa.int64())
     return pa.table(
@@ -151,20 +186,21 @@ class _ValidatedCache:
         self._lock = threading.Lock()
         self._key: tuple | None = None
         self._con: duckdb.DuckDBPyConnection | None = None
-        self.files = 0
+        self.discovery = Discovery(())
 
     def query(self, root: Path, timezone: str, max_bytes: int, name: str, params: dict) -> list[tuple]:
         with self._lock:
             probe = duckdb.connect()
             try:
-                files = discover_files(probe, root)
+                discovery = discover_files(probe, root)
             finally:
                 probe.close()
-            stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+            stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in discovery.files]
             key = (str(root), timezone, max_bytes, tuple(stats))
             if key != self._key or self._con is None:
-                self._rebuild(root, files, timezone, max_bytes)
-                self._key, self.files = key, len(files)
+                self._rebuild(root, list(discovery.files), timezone, max_bytes)
+                self._key = key
+            self.discovery = discovery
             return self._con.execute(query(name), params).fetchall()
 
     def _rebuild(self, root: Path, files: list[Path], timezone: str, max_bytes: int) -> None:
@@ -205,29 +241,59 @@ def _row_to_result(row: tuple) -> Message | QuarantinedRecord:
     )
 
 
-def scan_transcripts(root: Path, window: TimeWindow, *, timezone: str = "UTC",
-                     max_bytes: int = 1_000_000) -> TranscriptScan:
-    """Every record under `root` whose event time falls in `window`, validated."""
+def scan_transcripts(root: Path, window: TimeWindow, *, timezone: str = "UTC", max_bytes: int = 1_000_000,
+                     include_undated: bool = False) -> TranscriptScan:
+    """Every record under `root` whose event time falls in `window`, validated; with
+    `include_undated`, also the records no readable time dates (the run's own range takes
+    them: only a location without a single readable time has any)."""
     rows = _cache.query(root, timezone, max_bytes, "window_records",
-                        {"start_us": _to_us(window.start), "end_us": _to_us(window.end)})
+                        {"start_us": _to_us(window.start), "end_us": _to_us(window.end), "undated": include_undated})
     results = [_row_to_result(row) for row in rows]
     return TranscriptScan(
         window=window,
         messages=tuple(r for r in results if isinstance(r, Message)),
         quarantined=tuple(r for r in results if isinstance(r, QuarantinedRecord)),
-        files=_cache.files,
+        files=len(_cache.discovery.files),
+        skipped_files=_cache.discovery.skipped,
     )
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What a transcript location holds, before anything is written."""
+    first_day: date | None  # None: no record has a readable time
+    last_day: date | None
+    records: int
+    refused: int  # refused while reading and validating (more may conflict with the archive)
+    undated: int
+    discovery: Discovery
+
+
+def transcript_inventory(root: Path, *, timezone: str = "UTC", max_bytes: int = 1_000_000) -> Inventory:
+    (first, last), = _cache.query(root, timezone, max_bytes, "event_range", {})
+    (records, refused, undated), = _cache.query(root, timezone, max_bytes, "record_counts", {})
+    return Inventory(_from_us(first).date() if first is not None else None,
+                     _from_us(last).date() if last is not None else None,
+                     records, refused, undated, _cache.discovery)
 
 
 def transcript_date_range(root: Path, *, timezone: str = "UTC", max_bytes: int = 1_000_000):
     """The first and last UTC day any record under `root` is attributed to, or None."""
-    (first, last), = _cache.query(root, timezone, max_bytes, "event_range", {})
-    if first is None:
-        return None
-    return _from_us(first).date(), _from_us(last).date()
+    found = transcript_inventory(root, timezone=timezone, max_bytes=max_bytes)
+    return None if found.first_day is None else (found.first_day, found.last_day)
 
 
-def transcript_days(root: Path, *, timezone: str = "UTC", max_bytes: int = 1_000_000) -> list[date]:
-    """Every UTC day a record under `root` is attributed to: the partitions it touches."""
+def undated_records(root: Path, *, timezone: str = "UTC", max_bytes: int = 1_000_000) -> list[QuarantinedRecord]:
+    """The records no readable time dates: all refused (a readable time is required)."""
+    return [_row_to_result(row) for row in _cache.query(root, timezone, max_bytes, "undated_records", {})]
+
+
+def transcript_days(root: Path, files: Sequence[Path] | None = None, *, timezone: str = "UTC",
+                    max_bytes: int = 1_000_000) -> list[date]:
+    """Every UTC day a record under `root` (or only in `files`) is attributed to: the
+    partitions it touches."""
+    base = root if root.is_dir() else root.parent
+    sources = [Path(f).relative_to(base).as_posix() for f in files] if files is not None else []
     return [(_EPOCH + timedelta(days=row[0])).date()
-            for row in _cache.query(root, timezone, max_bytes, "event_days", {})]
+            for row in _cache.query(root, timezone, max_bytes, "event_days",
+                                    {"all_sources": files is None, "sources": sources})]

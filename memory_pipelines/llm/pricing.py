@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from memory_pipelines.config import ConfigError, env_text
+from memory_pipelines.config import ConfigError, setting
 
 
 @dataclass(frozen=True)
@@ -58,5 +58,5 @@ def price_for(backend: str, model: str, table: dict[str, Price]) -> Price | None
 
 
 def configured_price(backend: str, model: str) -> Price | None:
-    path = env_text("MEMORY_PRICE_TABLE")
-    return price_for(backend, model, load_price_table(Path(path)) if path else {})
+    path = setting("MEMORY_PRICE_TABLE")
+    return price_for(backend, model, load_price_table(path) if path else {})

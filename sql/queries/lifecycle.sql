@@ -1,13 +1,28 @@
+-- name: newest_message_before
+-- Decay's "as of": the newest conversation time the pipeline has seen before a window's end.
+SELECT max(ts) FROM messages WHERE ts < %(before)s;
+
 -- name: decay_knowledge_candidates
-SELECT id, entry_key AS key, user_id, session_id, importance, updated_at AS seen_at, access_count, valid_until,
-       has_pii
-FROM knowledge_entries WHERE updated_at <= %(as_of)s;
+SELECT 'knowledge_entries' AS source_table, id, entry_key AS key, user_id, title || ' ' || content AS text, importance,
+       updated_at AS seen_at, access_count, last_accessed_at, valid_until, has_pii
+FROM knowledge_entries WHERE updated_at <= %(as_of)s
+ORDER BY id;
 
 -- name: decay_fact_candidates
 -- Visible facts only: hidden rows go with their survivor.
-SELECT id, key, user_id, session_id, confidence / 100.0 AS importance, last_verified_at AS seen_at, access_count,
+SELECT 'memory_facts' AS source_table, id, key, user_id, category || ' ' || key || ': ' || value AS text,
+       (confidence / 100.0)::float8 AS importance, last_verified_at AS seen_at, access_count, last_accessed_at,
        expires_at AS valid_until, false AS has_pii
-FROM memory_facts WHERE merged_into IS NULL AND last_verified_at <= %(as_of)s;
+FROM memory_facts WHERE merged_into IS NULL AND last_verified_at <= %(as_of)s
+ORDER BY id;
+
+-- name: graph_statements
+-- The entity graph of these users (or everyone's): what each memory states, and the newer
+-- object that closed a statement.
+SELECT g.user_id, g.subject, g.relation, g.object, g.valid_from, g.valid_until, n.object AS closed_by_object
+FROM entity_graph g LEFT JOIN entity_graph n ON n.id = g.closed_by
+WHERE %(all_users)s OR g.user_id = ANY(%(user_ids)s)
+ORDER BY g.id;
 
 -- name: expired_errors
 SELECT id, tool AS key, user_id, session_id FROM error_memory
@@ -155,3 +170,21 @@ DELETE FROM sessions WHERE user_id = %(user_id)s AND session_id = ANY(%(session_
 SELECT id, entry_key, user_id, kind, title, pii_kinds, updated_at FROM knowledge_entries
 WHERE has_pii AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
 ORDER BY updated_at, id;
+
+-- name: archived_rows
+-- The archive, filtered (every filter optional); `label` is what the row was about.
+SELECT id, source_table, source_id, source_key, user_id, session_id, reason, score, as_of, archived_at, run_id,
+       coalesce(row_data ->> 'title', row_data ->> 'key', row_data ->> 'tool', '') AS label
+FROM memory_archive
+WHERE (%(reason)s::text IS NULL OR reason = %(reason)s)
+  AND (%(since)s::timestamptz IS NULL OR archived_at >= %(since)s)
+  AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s)
+  AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
+  AND (cardinality(%(ids)s::bigint[]) = 0 OR id = ANY(%(ids)s))
+  AND (%(with_followers)s OR reason <> 'merged_with')
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: touch_restored
+-- A row restored by hand counts as accessed now, so decay does not take it again at once.
+UPDATE {table} SET last_accessed_at = greatest(last_accessed_at, now()) WHERE id = %(id)s;

@@ -1,17 +1,19 @@
+-- The rows to embed, their text, and whether they hold a vector of another model (re-embedded).
+
 -- name: facts_needing_embedding
-SELECT id, '[' || category || '] ' || replace(key, '_', ' ') || ': ' || value
+SELECT id, '[' || category || '] ' || replace(key, '_', ' ') || ': ' || value, embedding IS NOT NULL
 FROM memory_facts
 WHERE merged_into IS NULL AND (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
 ORDER BY id LIMIT %(limit)s;
 
 -- name: chunks_needing_embedding
-SELECT id, left(content, 2000) || E'\n' || array_to_string(breadcrumbs, ', ')
+SELECT id, left(content, 2000) || E'\n' || array_to_string(breadcrumbs, ', '), embedding IS NOT NULL
 FROM memory_chunks
 WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
 ORDER BY id LIMIT %(limit)s;
 
 -- name: entries_needing_embedding
-SELECT id, '[' || kind || '] ' || title || E'\n' || content || E'\n' || array_to_string(tags, ', ')
+SELECT id, '[' || kind || '] ' || title || E'\n' || content || E'\n' || array_to_string(tags, ', '), embedding IS NOT NULL
 FROM knowledge_entries
 WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
 ORDER BY id LIMIT %(limit)s;
@@ -192,3 +194,26 @@ WHERE e.id IN (
       AND (tool ILIKE ANY(%(patterns)s) OR error ILIKE ANY(%(patterns)s) OR fix ILIKE ANY(%(patterns)s))
     ORDER BY observed_at DESC LIMIT %(limit)s)
 RETURNING id, user_id, tool, error, fix, session_id, error_seq, fix_seq, observed_at, expires_at;
+
+-- name: other_embedding_models
+-- Whether the user's served vectors were made with another model than the configured one
+-- (the embedder changed and the next run has not re-embedded them yet): a model per table.
+SELECT DISTINCT embedding_model FROM (
+    (SELECT embedding_model FROM memory_facts
+     WHERE (%(all_users)s OR user_id = %(user_id)s) AND merged_into IS NULL AND embedding_model <> %(model)s LIMIT 1)
+    UNION ALL
+    (SELECT embedding_model FROM memory_chunks
+     WHERE (%(all_users)s OR user_id = %(user_id)s) AND embedding_model <> %(model)s LIMIT 1)
+    UNION ALL
+    (SELECT embedding_model FROM knowledge_entries
+     WHERE (%(all_users)s OR user_id = %(user_id)s) AND embedding_model <> %(model)s LIMIT 1)
+) AS found ORDER BY 1;
+
+-- name: embedding_model_counts
+-- Served rows per table and embedding model (NULL: not embedded yet).
+SELECT 'memory_facts' AS source_table, embedding_model, count(*) FROM memory_facts WHERE merged_into IS NULL GROUP BY 2
+UNION ALL
+SELECT 'memory_chunks', embedding_model, count(*) FROM memory_chunks GROUP BY 2
+UNION ALL
+SELECT 'knowledge_entries', embedding_model, count(*) FROM knowledge_entries GROUP BY 2
+ORDER BY 1, 2 NULLS LAST;

@@ -10,8 +10,9 @@ FROM read_parquet($path) AS p;
 
 -- name: scan_records
 -- Validates every raw record of `raw_records` in one pass and attributes it to an event
--- time: its own `ts`, else the nearest datable record of the same file, else the file's
--- modification time.
+-- time: its own `ts`, else the nearest datable record of the same file, else the day with
+-- datable records nearest the file's modification time (ties: the earlier day), so a file
+-- with no readable time never opens a partition of its own; else none (undated).
 CREATE OR REPLACE TABLE validated_records AS
 WITH parsed AS (
     SELECT r.*,
@@ -80,17 +81,25 @@ WITH parsed AS (
                    THEN 'nul_byte'
            END AS reason
     FROM bounded AS b
-), attributed AS (
+), filled AS (
     SELECT j2.*,
-           coalesce(
+           epoch_us(coalesce(
                ts,
                last_value(ts IGNORE NULLS) OVER (PARTITION BY source ORDER BY line
                                                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
                first_value(ts IGNORE NULLS) OVER (PARTITION BY source ORDER BY line
-                                                  ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING),
-               timezone('UTC', make_timestamp(file_mtime_us))
-           ) AS event_ts
+                                                  ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)
+           )) AS file_us
     FROM judged AS j2
+), datable_days AS (
+    SELECT DISTINCT epoch_us(ts) // 86400000000 AS day FROM judged WHERE ts IS NOT NULL
+), attributed AS (
+    SELECT f.*,
+           coalesce(file_us, (
+               SELECT arg_min(d.day, 2 * abs(d.day - f.file_mtime_us // 86400000000)
+                                     + CASE WHEN d.day > f.file_mtime_us // 86400000000 THEN 1 ELSE 0 END)
+               FROM datable_days AS d) * 86400000000) AS event_us
+    FROM filled AS f
 )
 SELECT source, line, raw_bytes, reason,
        CASE WHEN pre_reason IS NOT NULL THEN pre_detail ELSE CASE reason
@@ -130,17 +139,27 @@ SELECT source, line, raw_bytes, reason,
        agent_id, tool_name, tool_call_id,
        CASE WHEN t_tool_args IN ('OBJECT', 'VARCHAR') THEN tool_args_text END AS tool_args,
        CASE WHEN t_metadata IN ('OBJECT', 'VARCHAR') THEN metadata_text END AS metadata,
-       epoch_us(event_ts) AS event_us
+       event_us
 FROM attributed;
 
 -- name: window_records
+-- A window's records; with $undated, also those no readable time dates (the run's own range).
 SELECT * FROM validated_records
-WHERE event_us >= $start_us AND event_us < $end_us
+WHERE (event_us >= $start_us AND event_us < $end_us) OR ($undated AND event_us IS NULL)
 ORDER BY source, line;
+
+-- name: undated_records
+SELECT * FROM validated_records WHERE event_us IS NULL ORDER BY source, line;
 
 -- name: event_range
 SELECT min(event_us), max(event_us) FROM validated_records;
 
 -- name: event_days
--- The UTC days records are attributed to (see scan_records).
-SELECT DISTINCT event_us // 86400000000 AS day FROM validated_records ORDER BY day;
+-- The UTC days records are attributed to (see scan_records), of every file or of $sources.
+SELECT DISTINCT event_us // 86400000000 AS day FROM validated_records
+WHERE event_us IS NOT NULL AND ($all_sources OR list_contains($sources, source))
+ORDER BY day;
+
+-- name: record_counts
+-- Records read and refused while scanning, and those no readable time dates.
+SELECT count(*), count(reason), count(*) FILTER (WHERE event_us IS NULL) FROM validated_records;

@@ -19,7 +19,7 @@ from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.graph import reachable, relations
 from memory_pipelines.lifecycle import decay, expire_pii_older_than, export_markdown, forget, pii_entries, restore
 from memory_pipelines.search import MemorySearch, UnifiedMemorySearch
-from tests.helpers import content_fingerprints, materialize_partitions, pipeline_resources
+from tests.helpers import EAGER_DECAY, content_fingerprints, materialize_partitions, pipeline_resources
 
 DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
 EMBEDDER = build_embedder(EmbedConfig())
@@ -40,10 +40,16 @@ def turn(session, user, seq, role, content, ts):
 
 
 def test_sample_run_fills_the_knowledge_layer_and_reruns_change_nothing(database_url, tmp_path):
-    materialize_partitions(all_assets, DAYS, database_url, SAMPLE_TRANSCRIPTS)
+    results = materialize_partitions(all_assets, DAYS, database_url, SAMPLE_TRANSCRIPTS)
     counts = {t: rows(database_url, f"SELECT count(*) FROM {t}")[0][0]  # noqa: S608 - fixed table names
-              for t in ("knowledge_entries", "entity_graph", "error_memory", "memory_archive")}
+              for t in ("knowledge_entries", "entity_graph", "error_memory")}
     assert all(n > 0 for n in counts.values()), counts
+    # two weeks of conversation: default decay archives none of it, and says why it kept each
+    assert rows(database_url, "SELECT count(*) FROM memory_archive")[0][0] == 0
+    [decayed] = results[-1].asset_materializations_for_node("memory_decay")
+    kept = decayed.metadata["kept_by_reason"].value
+    assert kept["knowledge_entries:too_young"] == counts["knowledge_entries"] and kept["memory_facts:facts_not_decayed"] > 0
+    assert decayed.metadata["as_of"].value == "2026-10-14T17:50:40+00:00"  # the newest message, not the day's end
     with psycopg.connect(database_url) as conn:
         hits = UnifiedMemorySearch(conn, EMBEDDER).search("ledger-api port", scope="knowledge", user_id="bob")
         assert hits and all(h.source_type == "knowledge" for h in hits)
@@ -149,15 +155,17 @@ def test_error_memory_and_ttl_renewal(database_url):
 def test_decay_archives_restores_and_is_deterministic(make_database):
     urls = [make_database(), make_database()]
     for url in urls:
-        materialize_partitions(all_assets, DAYS, url, SAMPLE_TRANSCRIPTS)
-    # the second database also gets a backfill of past days of decay: as of those days' ends
-    # it finds nothing more to move, so both archives stay the same
-    materialize_partitions([memory_decay], DAYS[2:5], urls[1], SAMPLE_TRANSCRIPTS)
+        materialize_partitions(all_assets, DAYS, url, SAMPLE_TRANSCRIPTS,
+                               resources=pipeline_resources(url, SAMPLE_TRANSCRIPTS, lifecycle=EAGER_DECAY))
+    # the second database also gets a backfill of past days of decay: as of those days'
+    # newest messages it finds nothing more to move, so both archives stay the same
+    materialize_partitions([memory_decay], DAYS[2:5], urls[1], SAMPLE_TRANSCRIPTS,
+                           resources=pipeline_resources(urls[1], SAMPLE_TRANSCRIPTS, lifecycle=EAGER_DECAY))
     archived = "SELECT source_table, source_key, user_id, reason, score FROM memory_archive ORDER BY 1, 2, 3, 4, 5"
     assert rows(urls[0], archived) == rows(urls[1], archived) != []
     for url in urls:
         with psycopg.connect(url) as conn:
-            decay(conn, datetime(2026, 12, 1, tzinfo=UTC), "2026-11-30", "fixed-run")
+            decay(conn, datetime(2026, 12, 1, tzinfo=UTC), "2026-11-30", "fixed-run", EAGER_DECAY.decay())
     # the same rows archived for the same reasons with the same scores (row_data holds run ids)
     assert rows(urls[0], archived) == rows(urls[1], archived) != []
     assert content_fingerprints(urls[0], ["knowledge_entries", "memory_facts"]) == \

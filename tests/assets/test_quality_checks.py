@@ -20,7 +20,7 @@ from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.embeddings import EMBEDDED_TABLES
 from memory_pipelines.quality import validate_frame
 from tests.conftest import TEMPLATE_DB, _admin
-from tests.helpers import materialize_partitions, materialize_range, pipeline_resources, with_database
+from tests.helpers import EAGER_DECAY, materialize_partitions, materialize_range, pipeline_resources, with_database
 
 DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
 RUN_ID = "quality-test-run"
@@ -36,9 +36,10 @@ def sample(pg_admin_url):
     _admin(pg_admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
     _admin(pg_admin_url, "CREATE DATABASE {} TEMPLATE {}", name, TEMPLATE_DB)
     url = with_database(pg_admin_url, name)
-    backfill = materialize_range(all_assets, DAYS[0], DAYS[-2], pipeline_resources(url, SAMPLE_TRANSCRIPTS),
-                                 raise_on_error=False)
-    [last_day] = materialize_partitions(all_assets, DAYS[-1:], url, SAMPLE_TRANSCRIPTS, expect_success=False)
+    resources = pipeline_resources(url, SAMPLE_TRANSCRIPTS, lifecycle=EAGER_DECAY)  # the archive gets rows
+    backfill = materialize_range(all_assets, DAYS[0], DAYS[-2], resources, raise_on_error=False)
+    [last_day] = materialize_partitions(all_assets, DAYS[-1:], url, SAMPLE_TRANSCRIPTS, expect_success=False,
+                                        resources=resources)
     yield url, {"backfill": backfill.get_asset_check_evaluations(), "last day": last_day.get_asset_check_evaluations()}
     from memory_pipelines.db.connection import close_pools
 

@@ -65,7 +65,38 @@ def test_server_port_lists_the_current_fact_first_and_the_old_value_as_outdated(
     assert old, "the old port should come back as an outdated raw excerpt"
     text = format_hits("server port", "all", hits)
     assert text.splitlines()[0] == f'memory_search "server port" (scope=all): {len(hits)} hit(s)'
-    assert "1. fact [" in text and "⚠ outdated: a newer curated fact overrides this" in text
+    assert "1. fact #" in text and "⚠ outdated: a newer curated fact overrides this" in text
+
+
+def test_a_knowledge_entry_a_newer_statement_overrides_is_labelled_outdated_and_ranked_after_current_ones(conn):
+    hits = UnifiedMemorySearch(conn, EMBEDDER).search("ledger-api port", scope="knowledge", user_id="bob", k=10)
+    assert hits[0].superseded_by is None and "9090" in hits[0].text
+    [old] = [h for h in hits if "8080" in h.text and "9090" not in h.text]
+    # the graph closed (ledger-api, listens_on, 8080) when 9090 was chosen, after this entry
+    assert old.superseded_by == "ledger-api listens_on 9090"
+    current = [h for h in hits if h.superseded_by is None]
+    assert hits == current + [h for h in hits if h.superseded_by], "outdated entries come after current ones"
+    # the entry that names the change itself is current
+    assert any("8080" in h.text and "9090" in h.text and h.superseded_by is None for h in hits)
+    assert "⚠ outdated: a newer statement overrides this (ledger-api listens_on 9090)" in \
+        format_hits("ledger-api port", "knowledge", hits)
+
+
+def test_text_output_names_every_hit_as_lineage_takes_it(conn):
+    from memory_pipelines.lineage import lineage
+
+    hits = UnifiedMemorySearch(conn, EMBEDDER).search("ledger-api port", user_id="bob", k=3)
+    text = format_hits("ledger-api port", "all", hits)
+    kinds = {"fact": "fact", "raw": "chunk", "knowledge": "entry"}
+    checked = 0
+    for hit in hits:
+        if hit.source_type in kinds and hit.id is not None:
+            label = f"{kinds[hit.source_type]} #{hit.id}"
+            assert label in text, label
+            report = lineage(conn, kinds[hit.source_type], str(hit.id))  # the id shown is the id lineage takes
+            assert report, label
+            checked += 1
+    assert checked >= 3
 
 
 def test_tiers_scopes_k_and_provenance(conn):
@@ -87,7 +118,8 @@ def test_tiers_scopes_k_and_provenance(conn):
     assert {h.source_type for h in search.search("port", scope="facts", user_id="bob")} == {"fact"}
     assert {h.source_type for h in search.search("port", scope="knowledge", user_id="bob")} == {"knowledge"}
     assert {h.source_type for h in search.search("port", scope="sketches", user_id="bob")} == {"sketch"}
-    assert search.search("port", scope="nonsense", user_id="bob", k=2) == search.search("port", user_id="bob", k=2)
+    with pytest.raises(ValueError, match="unknown scope 'nonsense': use one of all, facts, raw, sketches, knowledge"):
+        search.search("port", scope="nonsense", user_id="bob", k=2)
     assert len([h for h in search.search("port", scope="raw", user_id="bob", k=0)]) == 1
     assert len(search.search("ledger", scope="raw", user_id="bob", k=500)) <= 20
 
@@ -198,8 +230,26 @@ def test_switching_embedding_models_reembeds_and_never_mixes_dimensions(database
     resources = {**pipeline_resources(database_url, folder), "embedder": EmbedderResource()}
     materialize_partitions(all_assets, DAYS, database_url, folder, resources=resources)
     small = EmbedderResource(dimension=64)
-    materialize_partitions([memory_embeddings], [DAYS[-1]], database_url, folder,
-                           resources={**resources, "embedder": small})
+    switched = build_embedder(EmbedConfig(dimension=64))
+    with psycopg.connect(database_url) as conn:
+        before = UnifiedMemorySearch(conn, switched)
+        hits = before.search("ledger-api port", user_id="bob")
+        conn.rollback()
+    # the stored vectors are another model's: text ranking alone, said once, naming both models
+    assert hits and all(h.similarity is None for h in hits)
+    [warning] = before.warnings
+    assert warning.configured == "hashing:hashing-v1:64" and warning.stored == ("hashing:hashing-v1:384",)
+    assert "hashing:hashing-v1:384" in warning.message and "hashing:hashing-v1:64" in warning.message
+    [run] = materialize_partitions([memory_embeddings], [DAYS[-1]], database_url, folder,
+                                   resources={**resources, "embedder": small})
+    [mat] = run.asset_materializations_for_node("memory_embeddings")
+    assert mat.metadata["chunks_re_embedded"].value == mat.metadata["chunks_embedded"].value > 0
+    assert mat.metadata["facts_re_embedded"].value > 0 and mat.metadata["entries_re_embedded"].value > 0
+    with psycopg.connect(database_url) as conn:
+        after = UnifiedMemorySearch(conn, switched)
+        hits = after.search("ledger-api port", user_id="bob")
+        conn.rollback()
+    assert after.warnings == [] and any(h.similarity is not None for h in hits)
     with psycopg.connect(database_url) as conn:
         models = conn.execute("SELECT DISTINCT embedding_model, vector_dims(embedding) FROM memory_chunks").fetchall()
         hnsw = conn.execute("SELECT count(*) FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
@@ -228,7 +278,7 @@ def test_every_stored_embedding_describes_the_rows_current_text(conn):
                             {"model": EMBEDDER.model_id, "after": 0, "limit": 100_000}).fetchall()
         stored = dict(conn.execute(f"SELECT id, embedding FROM {table} WHERE embedding_model = %s",
                                    (EMBEDDER.model_id,)).fetchall())
-        for (row_id, text), vector in zip(rows, EMBEDDER.embed([t for _, t in rows])):
+        for (row_id, text, _), vector in zip(rows, EMBEDDER.embed([t for _, t, _ in rows])):
             assert np.allclose(stored[row_id].to_numpy(), vector, atol=1e-5), (table, row_id, text)
             checked += 1
     assert checked > 50

@@ -70,7 +70,7 @@ def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
 ])
 def test_run_errors_are_one_line_and_non_zero(database_url, args, message):
     result = cli(*args)
-    assert result.returncode == 1
+    assert result.returncode == 2  # asked for what cannot be done: nothing ran
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
@@ -105,6 +105,8 @@ def test_embedded_default_run_then_psql_then_rerun_identical(tmp_path):
         url = cli("db", "url", env=env).stdout.strip()
         assert url.startswith("postgresql://")
         assert _psql_count(url, "select count(*) from messages") == 655
+        # default decay archives nothing the sample just produced (two weeks of conversation)
+        assert _psql_count(url, "select count(*) from memory_archive where reason = 'decayed'") == 0
         before = table_fingerprints(url)
         assert cli("run", env=env).returncode == 0
         assert table_fingerprints(url) == before
@@ -112,9 +114,15 @@ def test_embedded_default_run_then_psql_then_rerun_identical(tmp_path):
         assert found.returncode == 0, found.stderr
         lines = found.stdout.splitlines()
         assert lines[0].startswith('memory_search "server port" (scope=all):')
-        assert lines[2].startswith("1. fact [") and lines[3].strip().endswith(": 9090")
+        assert lines[2].startswith("1. fact #") and lines[3].strip().endswith(": 9090")
         assert "⚠ outdated: a newer curated fact overrides this" in found.stdout
-        assert cli("search", "port", env=env).returncode == 1  # no user, no admin
+        assert cli("search", "port", env=env).returncode == 2  # no user, no admin
+        port = cli("search", "ledger-api port", "--user", "bob", "--scope", "knowledge", "--k", "10", env=env)
+        assert port.returncode == 0, port.stderr
+        hits = port.stdout.split("\n\n")[1:]
+        assert hits[0].startswith("1. knowledge entry #") and "9090" in hits[0] and "outdated" not in hits[0], hits
+        [old] = [h for h in hits if "Do: let's run ledger-api on port 8080" in h]
+        assert "⚠ outdated: a newer statement overrides this (ledger-api listens_on 9090)" in old
         bench = cli("bench", "retrieval", "--json", env=env)
         assert bench.returncode == 0, bench.stderr
         modes = {m["mode"]: m for m in json.loads(bench.stdout)["modes"]}
@@ -124,12 +132,15 @@ def test_embedded_default_run_then_psql_then_rerun_identical(tmp_path):
         assert modes["hybrid"]["recall_at_k"] >= modes["vector"]["recall_at_k"]
         assert modes["unified"]["questions"] == modes["hybrid"]["questions"] and modes["unified"]["recall_at_k"] > 0
         knowledge = cli("search", "ledger-api", "--user", "bob", "--scope", "knowledge", env=env)
-        assert knowledge.returncode == 0 and ". knowledge [" in knowledge.stdout
+        assert knowledge.returncode == 0 and ". knowledge entry #" in knowledge.stdout
         exported = cli("export", "markdown", str(tmp_path / "md"), "--user", "bob", env=env)
         assert exported.returncode == 0, exported.stderr
         files = list((tmp_path / "md").glob("*.md"))
         assert files and all(f.read_text().startswith("---\nkind: ") for f in files)
-        forgot = cli("forget", "--user", "wei", env=env)
+        outdated = [f.read_text() for f in files if 'status: "outdated"' in f.read_text()]
+        assert outdated and all('superseded_by: "ledger-api listens_on 9090"' in text and "8080" in text
+                                for text in outdated), outdated
+        forgot = cli("forget", "--user", "wei", "--yes", env=env)
         assert forgot.returncode == 0 and "forgot user wei:" in forgot.stdout and "messages" in forgot.stdout
         assert _psql_count(url, "select count(*) from messages where user_id = 'wei'") == 0
     finally:

@@ -71,7 +71,7 @@ def test_configuration(monkeypatch):
     monkeypatch.setenv("MEMORY_EMBED_BATCH", "32")
     assert (embed_config().base_url, embed_config().batch_size) == ("http://127.0.0.1:7777", 32)
     monkeypatch.setenv("MEMORY_EMBED_BACKEND", "word2vec")
-    with pytest.raises(ValueError, match="must be one of"):
+    with pytest.raises(ValueError, match="MEMORY_EMBED_BACKEND='word2vec' is not valid: expected one of ollama"):
         embed_config()
 
 

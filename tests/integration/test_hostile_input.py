@@ -110,8 +110,10 @@ def test_search_with_sql_looking_or_huge_arguments_stays_inside_one_user(url, en
     assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in before.items()}
 
     found = cli("search", "port%' OR 1=1 --", "--user", "bob' OR '1'='1", "--json", env=env)
-    assert found.returncode == 0, found.stderr
-    assert json.loads(found.stdout) == []  # no such user: nothing found, nothing touched
+    # no such user: said in one line, exit 1, nothing found, nothing touched
+    assert found.returncode == 1 and found.stdout == ""
+    assert found.stderr == "memory-pipelines: error: nothing is stored for user \"bob' OR '1'='1\" " \
+                           "(`memory-pipelines users` lists who has memory)\n"
     assert rows_by_owner(url) == after
 
 
@@ -120,7 +122,7 @@ def test_forget_with_a_pattern_looking_user_id_removes_exactly_that_user(url, en
         before = rows_by_owner(url)
         assert sum(count for (table, owner), (count, _) in before.items() if owner == user) > 0
         if user == "%":
-            result = cli("forget", "--user", user, env=env)
+            result = cli("forget", "--user", user, "--yes", env=env)
             assert result.returncode == 0 and f"forgot user {user}: " in result.stdout, result.stderr
         else:  # the command passes the id on unchanged: the API, without a process start each
             with psycopg.connect(url) as conn, conn.transaction():

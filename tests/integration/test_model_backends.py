@@ -136,5 +136,5 @@ def test_configuration_from_environment(monkeypatch):
     decision = decision_config()
     assert (decision.base_url, decision.model) == ("http://127.0.0.1:9", "qwen")  # inherited from the chat model
     monkeypatch.setenv("MEMORY_LLM_BACKEND", "gpt")
-    with pytest.raises(ValueError, match="must be one of"):
+    with pytest.raises(ValueError, match="MEMORY_LLM_BACKEND='gpt' is not valid: expected one of ollama, openai, rules"):
         chat_config()

@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -15,7 +15,10 @@ import pytest
 
 from memory_pipelines.config import PACKAGE_DIR, SAMPLE_BAD_INPUT
 from memory_pipelines.models import QuarantineReason, TimeWindow
-from memory_pipelines.transcripts import scan_transcripts, transcript_date_range
+from memory_pipelines.transcripts import (
+    NotATranscriptFile, describe_skipped, scan_transcripts, transcript_date_range, transcript_days,
+    transcript_inventory, undated_records,
+)
 
 ALL_TIME = TimeWindow(datetime(2000, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC))
 SCHEMA = json.loads((PACKAGE_DIR / "schemas" / "transcript_message.schema.json").read_text())
@@ -125,14 +128,79 @@ def test_undatable_record_follows_its_neighbours_day(tmp_path):
     assert [(r.source_line, r.reason) for r in scan.quarantined] == [(2, QuarantineReason.MALFORMED_JSON)]
 
 
-def test_wholly_undatable_file_is_attributed_to_its_modification_day(tmp_path):
+def _day(day: int) -> TimeWindow:
+    start = datetime(2026, 10, day, tzinfo=UTC)
+    return TimeWindow(start, start + timedelta(days=1))
+
+
+@pytest.mark.parametrize("mtime_day, expected_day", [
+    (7, 3),  # nearer the 3rd than the 12th
+    (9, 12),
+    (20, 12),  # after the last readable day
+    (2, 3),  # before the first
+])
+def test_wholly_undatable_file_goes_to_the_readable_day_nearest_its_modification_time(tmp_path, mtime_day,
+                                                                                         expected_day):
+    """Never a partition of its own: the day with readable records nearest the file's date."""
     broken = tmp_path / "h" / "history.json"
     shutil.copytree(SAMPLE_BAD_INPUT / "broken_history", broken.parent)
-    moment = datetime(2026, 10, 7, 12, tzinfo=UTC).timestamp()
+    moment = datetime(2026, 10, mtime_day, 12, tzinfo=UTC).timestamp()
     os.utime(broken, (moment, moment))
-    day7 = TimeWindow(datetime(2026, 10, 7, tzinfo=UTC), datetime(2026, 10, 8, tzinfo=UTC))
-    assert [r.reason for r in scan_transcripts(tmp_path, day7).quarantined] == [QuarantineReason.MALFORMED_JSON]
-    assert transcript_date_range(tmp_path) == (day7.start.date(), day7.start.date())
+    _write_jsonl(tmp_path / "a.jsonl", [_msg(1, "2026-10-03T08:00:00Z"), _msg(2, "2026-10-12T08:00:00Z")])
+    assert [r.reason for r in scan_transcripts(tmp_path, _day(expected_day)).quarantined] == \
+        [QuarantineReason.MALFORMED_JSON]
+    assert transcript_days(tmp_path) == [date(2026, 10, 3), date(2026, 10, 12)]
+    assert transcript_date_range(tmp_path) == (date(2026, 10, 3), date(2026, 10, 12))
+
+
+def test_a_tie_between_two_readable_days_goes_to_the_earlier(tmp_path):
+    broken = tmp_path / "history.json"
+    broken.write_text("[{")
+    moment = datetime(2026, 10, 5, 12, tzinfo=UTC).timestamp()
+    os.utime(broken, (moment, moment))
+    _write_jsonl(tmp_path / "a.jsonl", [_msg(1, "2026-10-03T08:00:00Z"), _msg(2, "2026-10-07T08:00:00Z")])
+    assert [r.source_file for r in scan_transcripts(tmp_path, _day(3)).quarantined] == ["history.json"]
+
+
+def test_a_location_without_any_readable_time_is_undated_and_opens_no_day(tmp_path):
+    broken = tmp_path / "history.json"
+    broken.write_text("[{")
+    found = transcript_inventory(tmp_path)
+    assert (found.first_day, found.records, found.refused, found.undated) == (None, 1, 1, 1)
+    assert transcript_days(tmp_path) == [] and transcript_date_range(tmp_path) is None
+    assert scan_transcripts(tmp_path, _day(3)).quarantined == ()
+    # the run's own range takes them
+    [record] = scan_transcripts(tmp_path, _day(3), include_undated=True).quarantined
+    assert (record.source_file, record.reason) == ("history.json", QuarantineReason.MALFORMED_JSON)
+    assert [r.source_file for r in undated_records(tmp_path)] == ["history.json"]
+
+
+def test_a_file_named_directly_must_be_of_a_transcript_kind(tmp_path):
+    for name, data in (("notes.csv", b"a,b\n1,2\n"), ("picture.png", b"\x89PNG\r\n\x1a\n"), ("README", b"hi")):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(NotATranscriptFile, match=f"{name} is not a transcript file: accepted are .jsonl"):
+            scan_transcripts(path, ALL_TIME)
+    array = tmp_path / "export.json"  # any .json holding an array of messages is read
+    array.write_text(json.dumps([_msg(1, "2026-10-03T08:00:00Z"), _msg(2, "2026-10-03T08:01:00Z")]))
+    assert [m.seq for m in scan_transcripts(array, ALL_TIME).messages] == [1, 2]
+    not_array = tmp_path / "config.json"
+    not_array.write_text('{"a": 1}')
+    [refused] = scan_transcripts(not_array, ALL_TIME, include_undated=True).quarantined
+    assert refused.reason == QuarantineReason.NOT_AN_OBJECT and "JSON array of messages" in refused.detail
+
+
+def test_files_of_no_transcript_kind_in_a_folder_are_skipped_and_listed(tmp_path):
+    _write_jsonl(tmp_path / "a.jsonl", [_msg(1, "2026-10-03T08:00:00Z")])
+    for n in range(12):
+        (tmp_path / "notes" / f"n{n:02}.csv").parent.mkdir(exist_ok=True)
+        (tmp_path / "notes" / f"n{n:02}.csv").write_text("x")
+    scan = scan_transcripts(tmp_path, ALL_TIME)
+    assert len(scan.messages) == 1 and scan.files == 1
+    assert scan.skipped_files == tuple(f"notes/n{n:02}.csv" for n in range(12))
+    line = describe_skipped(scan.skipped_files)
+    assert line.startswith("12 file(s) of no transcript kind skipped: notes/n00.csv, ") and "and 2 more" in line
+    assert "notes/n10.csv" not in line
 
 
 def test_parquet_and_history_json_read_like_jsonl(tmp_path):

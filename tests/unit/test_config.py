@@ -1,0 +1,94 @@
+"""Every MEMORY_* setting parsed by its spec: defaults, one-line errors, typos (pure)."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from memory_pipelines.config import (
+    SPECS, ConfigError, DecaySettings, Settings, mask_url, setting, validate_environment,
+)
+
+
+def test_every_default_is_a_value_its_own_spec_accepts():
+    for name, spec in SPECS.items():
+        assert setting(name, {}) == spec.default, name
+        if spec.default is not None and not isinstance(spec.default, (bool, Path, date)):
+            assert setting(name, {name: str(spec.default)}) == spec.default, name
+
+
+@pytest.mark.parametrize("name, text, accepted", [
+    ("MEMORY_DECAY_THRESHOLD", "abc", "a number from 0 to 1"),
+    ("MEMORY_DECAY_THRESHOLD", "5", "a number from 0 to 1"),  # no score ever reaches it
+    ("MEMORY_DECAY_THRESHOLD", "nan", "a number from 0 to 1"),
+    ("MEMORY_DECAY_MIN_AGE_DAYS", "0", "an integer >= 1"),
+    ("MEMORY_DECAY_BASE_RATE", "0", "a number > 0 and <= 1"),
+    ("MEMORY_STALE_MINUTES", "ten", "an integer >= 1"),
+    ("MEMORY_STALE_MINUTES", "0", "an integer >= 1"),
+    ("MEMORY_CONTEXT_MESSAGES", "2.5", "an integer from 1 to 1000"),
+    ("MEMORY_TIMEZONE", "Mars/Olympus", "an IANA time zone"),
+    ("MEMORY_PARTITION_START", "01/10/2024", "a date like 2024-01-01"),
+    ("MEMORY_LLM_BACKEND", "gpt", "one of ollama, openai, rules"),
+    ("MEMORY_LLM_BASE_URL", "localhost:11434", "an http:// or https:// URL"),
+    ("MEMORY_DECISION_RETRIES", "-1", "an integer from 0 to 20"),
+    ("MEMORY_EMBED_BACKEND", "word2vec", "one of ollama, openai, local, hashing"),
+    ("MEMORY_CONSENT_BASIS", "because", "one of legitimate_interest"),
+    ("MEMORY_PII_SANITIZE", "maybe", "1/0, true/false, yes/no or on/off"),
+    ("MEMORY_SCHEDULE_CRON", "every minute", "a cron expression of five fields"),
+    ("MEMORY_PRICE_TABLE", "/no/such/prices.json", "the path of a JSON file"),
+    ("MEMORY_RUN_TOKEN_BUDGET", "-5", "an integer >= 0"),
+])
+def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_what_is_accepted(name, text, accepted):
+    with pytest.raises(ConfigError) as caught:
+        setting(name, {name: text})
+    message = str(caught.value)
+    assert message.startswith(f"{name}={text!r} is not valid: expected ") and accepted in message
+    assert "\n" not in message
+
+
+def test_values_are_typed_and_trimmed():
+    env = {"MEMORY_DECAY_THRESHOLD": " 0.25 ", "MEMORY_DECAY_FACTS": "on", "MEMORY_LLM_BACKEND": "Ollama",
+           "MEMORY_LLM_BASE_URL": "http://127.0.0.1:11434/", "MEMORY_SCHEDULE_CRON": "0  *  * * *"}
+    assert setting("MEMORY_DECAY_THRESHOLD", env) == 0.25
+    assert setting("MEMORY_DECAY_FACTS", env) is True
+    assert setting("MEMORY_LLM_BACKEND", env) == "ollama"
+    assert setting("MEMORY_LLM_BASE_URL", env) == "http://127.0.0.1:11434"
+    assert setting("MEMORY_SCHEDULE_CRON", env) == "0 * * * *"
+    assert setting("MEMORY_DECAY_THRESHOLD", {"MEMORY_DECAY_THRESHOLD": "   "}) == 0.5  # blank: unset
+
+
+def test_validation_reports_every_bad_value_and_warns_of_unknown_names():
+    env = {"MEMORY_DECAY_THRESHOLD": "abc", "MEMORY_STALE_MINUTES": "ten", "MEMORY_TIMEZONE": "UTC"}
+    with pytest.raises(ConfigError) as caught:
+        validate_environment(env)
+    assert str(caught.value).splitlines() == [
+        "MEMORY_STALE_MINUTES='ten' is not valid: expected an integer >= 1",
+        "MEMORY_DECAY_THRESHOLD='abc' is not valid: expected a number from 0 to 1 (0: never by score)",
+    ]
+    warnings = validate_environment({"MEMORY_DECAY_TRESHOLD": "0.3", "MEMORY_QQQQQQQQQQQQQQQQQQQQQQ": "1", "PATH": "/bin"})
+    assert warnings == [
+        "MEMORY_DECAY_TRESHOLD is not a memory-pipelines setting (ignored); did you mean MEMORY_DECAY_THRESHOLD?",
+        "MEMORY_QQQQQQQQQQQQQQQQQQQQQQ is not a memory-pipelines setting (ignored)",
+    ]
+
+
+def test_a_secret_is_never_echoed():
+    with pytest.raises(ConfigError) as caught:
+        setting("MEMORY_DATABASE_URL", {"MEMORY_DATABASE_URL": "mysql://root:hunter2@db/x"})
+    assert "hunter2" not in str(caught.value) and "MEMORY_DATABASE_URL=(hidden)" in str(caught.value)
+    assert mask_url("postgresql://ann:hunter2@db:5432/memory") == "postgresql://ann:***@db:5432/memory"
+    assert mask_url("postgresql://db/memory") == "postgresql://db/memory"
+
+
+def test_settings_and_decay_settings_come_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMORY_TRANSCRIPTS", str(tmp_path))
+    monkeypatch.setenv("MEMORY_PARTITION_START", "2025-02-01")
+    monkeypatch.setenv("MEMORY_DECAY_MIN_AGE_DAYS", "30")
+    monkeypatch.setenv("MEMORY_DECAY_FACTS", "1")
+    settings = Settings.from_env()
+    assert settings.transcripts == tmp_path and settings.partition_start == date(2025, 2, 1)
+    assert DecaySettings.from_env() == DecaySettings(min_age_days=30, decay_facts=True)
+    assert DecaySettings() == DecaySettings(min_age_days=90, threshold=0.5, base_rate=0.001, decay_facts=False,
+                                            pii_retention_days=180)
