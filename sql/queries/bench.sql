@@ -111,3 +111,7 @@ JOIN memory_chunks c ON c.session_id = s.session_id AND c.user_id = s.user_id
 WHERE s.user_id = %(user_id)s
   AND EXISTS (SELECT 1 FROM unnest(%(terms)s::text[]) t WHERE strpos(lower(e.entries), t) > 0)
 ORDER BY c.ended_at DESC, c.id;
+
+-- name: bench_turn_lengths
+-- What each turn of these sessions reads as (its role and body), for reading a chunk turn by turn.
+SELECT session_id, seq, initcap(role), body FROM memory_turns WHERE session_id = ANY(%(session_ids)s);
