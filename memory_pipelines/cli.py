@@ -356,7 +356,7 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
 
     try:
         config = bench_search.SearchBenchConfig(users=args.users, chunks=args.chunks, facts=args.facts,
-                                                queries=args.queries, seed=args.seed)
+                                                queries=args.queries, seed=args.seed, turns=args.turns)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     url = _connect_url(_settings())
@@ -715,6 +715,9 @@ def build_parser() -> argparse.ArgumentParser:
     search_bench.add_argument("--users", type=int, default=1_000, help="default 1,000")
     search_bench.add_argument("--chunks", type=int, default=1_000_000, help="default 1,000,000")
     search_bench.add_argument("--facts", type=int, default=100_000, help="default 100,000")
+    search_bench.add_argument("--turns", type=int, default=0,
+                              help="the turn-level scale: this many messages in the turn index, over the users "
+                                   "(e.g. 2,000,000 with --chunks 1000); its paths are passages and unified search")
     search_bench.add_argument("--queries", type=int, default=300, help="timed queries per path (default 300)")
     search_bench.add_argument("--seed", type=int, default=0, help="of the data and the queries (default 0)")
     search_bench.add_argument("--embedder", choices=["hashing", "configured"], default="hashing",

@@ -319,7 +319,7 @@ class MemorySearch:
         """Passages of the turn index, best first (memory_pipelines.passages): BM25 and the
         turn embeddings fused, best turns widened with their neighbours, adjacent ones merged."""
         scope = self._scope(user_id)
-        text = text[:MAX_QUERY_CHARS]
+        text = text[:MAX_QUERY_CHARS].replace("\x00", " ")  # PostgreSQL text cannot hold NUL
         vector = self._vector(text, user_id) if how.signal != "text" else None
         passages = search_passages(self.conn, text, user_id=user_id, all_users=scope["all_users"], vector=vector,
                                    model=self.embedder.model_id if vector is not None else None, limit=limit,

@@ -45,3 +45,18 @@ CREATE TABLE IF NOT EXISTS memory_turn_stats (
 -- (`pd.read_csv` -> `pd`, `read`, `csv`; `config.toml` -> `config`, `toml`).
 CREATE OR REPLACE FUNCTION memory_turn_words(body text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT translate(body, './@:', '    ') $$;
+
+-- A text's lexemes in a text search configuration (named: the turn's language), with positions.
+CREATE OR REPLACE FUNCTION memory_turn_lexemes(language text, body text) RETURNS tsvector
+    LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT to_tsvector(language::regconfig, memory_turn_words(body)) $$;
+
+-- What a turn is indexed by: its body's lexemes (weight A) and its keys' (weight B).
+CREATE OR REPLACE FUNCTION memory_turn_tsv(language text, body text, keys text[]) RETURNS tsvector
+    LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT setweight(memory_turn_lexemes(language, body), 'A')
+        || setweight(memory_turn_lexemes(language, array_to_string(keys, ' ')), 'B') $$;
+
+-- BM25's document length: how many lexeme occurrences the body has.
+CREATE OR REPLACE FUNCTION memory_turn_length(language text, body text) RETURNS integer
+    LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT coalesce(sum(array_length(positions, 1)), 0)::integer FROM unnest(memory_turn_lexemes(language, body)) $$;

@@ -27,13 +27,9 @@ ORDER BY k;
 -- the embedding (memory_embeddings makes it again). The partition is the turn's own day.
 INSERT INTO memory_turns AS t (session_id, seq, user_id, pos, role, ts, language, body, keys, tsv, body_length,
                                content_hash, window_hash, partition_key, run_id)
-SELECT %(session_id)s, %(seq)s, %(user_id)s, %(pos)s, %(role)s, %(ts)s, %(language)s, %(body)s, %(keys)s,
-       setweight(b.body_tsv, 'A')
-           || setweight(to_tsvector(%(language)s::regconfig,
-                                    memory_turn_words(array_to_string(%(keys)s::text[], ' '))), 'B'),
-       (SELECT coalesce(sum(array_length(positions, 1)), 0) FROM unnest(b.body_tsv)),
-       %(content_hash)s, %(window_hash)s, to_char(%(ts)s AT TIME ZONE 'UTC', 'YYYY-MM-DD'), %(run_id)s
-FROM (SELECT to_tsvector(%(language)s::regconfig, memory_turn_words(%(body)s)) AS body_tsv) AS b
+VALUES (%(session_id)s, %(seq)s, %(user_id)s, %(pos)s, %(role)s, %(ts)s, %(language)s, %(body)s, %(keys)s::text[],
+        memory_turn_tsv(%(language)s, %(body)s, %(keys)s::text[]), memory_turn_length(%(language)s, %(body)s),
+        %(content_hash)s, %(window_hash)s, to_char(%(ts)s AT TIME ZONE 'UTC', 'YYYY-MM-DD'), %(run_id)s)
 ON CONFLICT (session_id, seq) DO UPDATE
 SET user_id = EXCLUDED.user_id, pos = EXCLUDED.pos, role = EXCLUDED.role, ts = EXCLUDED.ts,
     language = EXCLUDED.language, body = EXCLUDED.body, keys = EXCLUDED.keys, tsv = EXCLUDED.tsv,
@@ -67,7 +63,7 @@ WITH stats AS (
 ),
 terms AS (
     SELECT DISTINCT v.lexeme
-    FROM stats, unnest(stats.languages) AS cfg, unnest(to_tsvector(cfg::regconfig, memory_turn_words(%(text)s))) AS v
+    FROM stats, unnest(stats.languages) AS cfg, unnest(memory_turn_lexemes(cfg, %(text)s)) AS v
 ),
 q AS (
     SELECT string_agg('''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || ''':' || %(weights)s::text, ' | ')::tsquery
