@@ -779,7 +779,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.set_defaults(func=cmd_config)
 
     lin = sub.add_parser("lineage", help="where a row came from: source messages, run, model, calls, merges")
-    lin.add_argument("kind", choices=["fact", "chunk", "entry", "summary"])
+    lin.add_argument("kind", choices=["fact", "chunk", "entry", "turn", "summary"])
     lin.add_argument("id", help="the row id (a session id for summary)")
     lin.add_argument("--json", action="store_true")
     lin.set_defaults(func=cmd_lineage)

@@ -40,6 +40,7 @@ ELLIPSIS = "…"
 
 @dataclass(frozen=True)
 class Turn:
+    id: int  # the memory_turns row (`memory-pipelines lineage turn ID`)
     session_id: str
     seq: int
     pos: int
@@ -216,8 +217,8 @@ def search_passages(conn: psycopg.Connection, text: str, *, user_id: str | None,
         **scope}).fetchall()
     turns: dict[str, list[Turn]] = {}
     for r in rows:
-        turns.setdefault(r["session_id"], []).append(Turn(r["session_id"], r["seq"], r["pos"], r["role"], r["ts"],
-                                                          r["body"]))
+        turns.setdefault(r["session_id"], []).append(Turn(r["id"], r["session_id"], r["seq"], r["pos"], r["role"],
+                                                          r["ts"], r["body"]))
     passages = []
     for session, lo, hi, best in windows:
         held = tuple(t for t in turns.get(session, []) if lo <= t.pos <= hi)

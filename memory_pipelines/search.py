@@ -336,7 +336,7 @@ class MemorySearch:
             return hit
         terms = query_terms(text)
         best = max(range(len(rows)), key=lambda i: (_terms_hit(rows[i]["body"], terms), -i))
-        turns = tuple(Turn(r["session_id"], r["seq"], r["pos"], r["role"], r["ts"], r["body"])
+        turns = tuple(Turn(r["id"], r["session_id"], r["seq"], r["pos"], r["role"], r["ts"], r["body"])
                       for r in rows[max(0, best - BEFORE):best + AFTER + 1])
         return replace(hit, text="\n".join(t.line for t in turns), start_seq=turns[0].seq, end_seq=turns[-1].seq,
                        turns=turns, started_at=turns[0].ts, timestamp=turns[-1].ts,
@@ -567,8 +567,8 @@ def _span(first: datetime | None, last: datetime | None) -> str:
 
 def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars: int = 600) -> str:
     """The memory_search tool output, in the navi shape. Each hit names its row as
-    `memory-pipelines lineage` takes it (fact #12 -> `lineage fact 12`, chunk, entry); a raw
-    excerpt read from the message archive is `message`, its session and turn."""
+    `memory-pipelines lineage` takes it (fact #12 -> `lineage fact 12`, chunk, entry, a
+    passage's best turn); a raw excerpt read from the message archive is `message`."""
     lines = [f'memory_search "{text}" (scope={scope}): {len(hits)} hit(s)']
     for number, hit in enumerate(hits, start=1):
         lines.append("")
@@ -577,8 +577,9 @@ def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars:
                          f"updated {_when(hit.timestamp)}")
             lines.append(f"   {hit.text}")
         elif hit.source_type == "raw" and hit.turns:
-            lines.append(f"{number}. passage · session {hit.session_id} · turns {hit.start_seq}–{hit.end_seq} · "
-                         f"{_span(hit.started_at, hit.timestamp)} · {', '.join(hit.roles)}")
+            best = next((t.id for t in hit.turns if t.seq == hit.best_seq), hit.turns[0].id)
+            lines.append(f"{number}. passage · turn #{best} · session {hit.session_id} · turns {hit.start_seq}–"
+                         f"{hit.end_seq} · {_span(hit.started_at, hit.timestamp)} · {', '.join(hit.roles)}")
             why = [f"matched: {', '.join(hit.terms)}"] if hit.terms else []
             why += [f"similarity {hit.similarity:.2f}"] if hit.similarity is not None else []
             if why:

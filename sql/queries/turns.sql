@@ -107,7 +107,7 @@ LIMIT %(limit)s;
 
 -- name: turn_windows
 -- The turns of passages: per session, the positions from lo to hi, of the user searched.
-SELECT t.user_id, t.session_id, t.seq, t.pos, t.role, t.ts, t.body
+SELECT t.id, t.user_id, t.session_id, t.seq, t.pos, t.role, t.ts, t.body
 FROM unnest(%(session_ids)s::text[], %(los)s::int[], %(his)s::int[]) AS w(session_id, lo, hi)
 JOIN memory_turns t ON t.session_id = w.session_id AND t.pos BETWEEN w.lo AND w.hi
 WHERE %(all_users)s OR t.user_id = %(user_id)s
@@ -119,6 +119,6 @@ SELECT max(ts) FROM memory_turns WHERE %(all_users)s OR user_id = %(user_id)s;
 
 -- name: chunk_turns
 -- The turns a chunk holds, of its user.
-SELECT session_id, seq, pos, role, ts, body FROM memory_turns
+SELECT id, session_id, seq, pos, role, ts, body FROM memory_turns
 WHERE session_id = %(session_id)s AND user_id = %(user_id)s AND seq BETWEEN %(first)s AND %(last)s
 ORDER BY pos;

@@ -184,8 +184,10 @@ def test_unknown_users_sessions_and_scopes_are_said_and_search_shows_ids(env):
     assert "invalid choice: 'everything' (choose from 'all', 'facts', 'raw', 'sketches', 'knowledge')" in scope.stderr
     found = cli("search", "ledger-api port", "--user", "bob", env=env)
     assert found.returncode == 0, found.stderr
-    ids = [line.split(" · ")[0] for line in found.stdout.splitlines() if line[:2].rstrip(".").isdigit()]
-    assert ids and all("#" in header or header.endswith(". passage") for header in ids), ids
+    ids = [line for line in found.stdout.splitlines() if line[:2].rstrip(".").isdigit()]
+    assert ids and all("#" in header.split(" · session")[0] for header in ids), ids
+    turn = next(h for h in ids if ". passage" in h).split("#")[1].split()[0]
+    assert cli("lineage", "turn", turn, env=env).returncode == 0
     fact = next(h for h in ids if ". fact #" in h).split("#")[1].split()[0]
     shown = cli("lineage", "fact", fact, env=env)
     assert shown.returncode == 0 and "s-bob-" in shown.stdout
@@ -270,3 +272,21 @@ def test_a_dagster_run_with_undated_records_quarantines_them_in_its_own_range(da
                                                                                              "malformed_json")]
     [mat] = result.asset_materializations_for_node("transcripts")
     assert (mat.metadata["read"].value, mat.metadata["quarantined"].value) == (1, 1)
+
+
+def test_search_serves_passages_within_the_budget_it_is_given(env):
+    shown = cli("search", "which port does ledger-api use now", "--user", "bob", "--budget", "1500", env=env)
+    assert shown.returncode == 0, shown.stderr
+    headers = [line for line in shown.stdout.splitlines() if ". passage · turn #" in line]
+    assert headers and all(" · session s-bob-" in h and " · turns " in h and "2026-10-" in h for h in headers)
+    [used] = [line for line in shown.stdout.splitlines() if line.startswith("characters used: ")]
+    spent = int(used.split()[2])
+    assert 0 < spent <= 1500 and used.startswith(f"characters used: {spent} of 1500")
+    served = json.loads(cli("search", "which port does ledger-api use now", "--user", "bob", "--budget", "1500",
+                            "--json", env=env).stdout)
+    assert served["budget"]["used"] == spent == sum(len(h["text"]) for h in served["hits"])
+    passages = [h for h in served["hits"] if h["turns"]]
+    assert passages and all(h["score"] > 0 and h["session_id"] and h["start_seq"] <= h["end_seq"] for h in passages)
+    tokens = json.loads(cli("search", "ledger-api port", "--user", "bob", "--budget-tokens", "100", "--json",
+                            env=env).stdout)
+    assert tokens["budget"]["unit"] == "tokens" and tokens["budget"]["used"] <= 100

@@ -17,7 +17,7 @@ T0 = datetime(2026, 10, 1, 12, tzinfo=UTC)
 
 
 def passage(*bodies: str, best: int = 0, terms=("port",)) -> Passage:
-    turns = tuple(Turn("s1", seq, seq, "user" if seq % 2 else "assistant", T0 + timedelta(minutes=seq), body)
+    turns = tuple(Turn(seq, "s1", seq, seq, "user" if seq % 2 else "assistant", T0 + timedelta(minutes=seq), body)
                   for seq, body in enumerate(bodies))
     return Passage("ann", "s1", turns, best, 1.0, terms, None)
 
