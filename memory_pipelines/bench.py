@@ -229,6 +229,17 @@ TURN_ROWS = {
 }
 UNIFIED = "unified (the agent's tool)"
 EVIDENCE_ROWS = (*TURN_ROWS, UNIFIED, "chunks, hybrid (before)", "archive full text (before)")
+# `--variants`: the settings the defaults were chosen against, each with the time the question
+# names ranked first (`prefer`) or kept to (`keep`), as unified search can do
+VARIANT_ROWS = {
+    "fused, time named kept": (TurnSearch(), "keep"),
+    "fused, time named first": (TurnSearch(), "prefer"),
+    "fused dense 0.6, time first": (TurnSearch(dense_weight=0.6), "prefer"),
+    "fused dense 0.7, time first": (TurnSearch(dense_weight=0.7), "prefer"),
+    "fused rrf, time first": (TurnSearch(fusion="rrf"), "prefer"),
+    "fused widened 1+1, time first": (TurnSearch(before=1), "prefer"),
+    "dense, time first": (TurnSearch(signal="vector"), "prefer"),
+}
 
 
 @dataclass(frozen=True)
@@ -277,8 +288,14 @@ def recall_within(reads: Sequence[Read], evidence: set, budget: int) -> float:
 def _evidence_hits(search: UnifiedMemorySearch, row: str, q: Question, budget: int | None = None) -> list[MemoryHit]:
     """What the row serves for the question; with a budget, the passage rows and unified
     search fill it as they serve it (the rows before passages are read in order instead)."""
-    if row in TURN_ROWS:
-        hits = search.search_passages(q.question, q.user_id, limit=EVIDENCE_K, how=TURN_ROWS[row])
+    if row in TURN_ROWS or row in VARIANT_ROWS:
+        how, timing = VARIANT_ROWS.get(row, (TURN_ROWS.get(row), "none"))
+        named = search.named_time(q.question, q.user_id, None) if timing != "none" else None
+        window = {"prefer": (named.since, named.until)} if named and timing == "prefer" else \
+            {"since": named.since, "until": named.until} if named else {}
+        hits = search.search_passages(q.question, q.user_id, limit=EVIDENCE_K, how=how, **window)
+        if not hits and window:  # nothing in the time named: every time
+            hits = search.search_passages(q.question, q.user_id, limit=EVIDENCE_K, how=how)
         if budget is None:
             return hits
         return [passage_hit(p) for p in fill_passages([h.as_passage() for h in hits], Budget(budget))]

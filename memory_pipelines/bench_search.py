@@ -49,6 +49,7 @@ from memory_pipelines.search import UnifiedMemorySearch
 DATABASE_PREFIX = "memory_bench_search"
 # Bump when the generated data changes: a database built by another version is rebuilt.
 DATA_VERSION = "bench-search-v1"
+TURN_DATA_VERSION = "bench-turns-v2"  # of the turn-level load, recorded only when there is one
 RECALL_K = 10
 BATCH_ROWS = 5_000
 CHUNK_WORDS = (40, 600)  # words per chunk, uniform: about 2,200 characters on average (the packer's cap is 4,000)
@@ -342,8 +343,8 @@ def with_database(url: str, name: str) -> str:
 
 def _params(config: SearchBenchConfig, embedder: Embedder) -> dict:
     return {"users": config.users, "chunks": config.chunks, "facts": config.facts, "seed": config.seed,
-            "embedder": embedder.model_id, "data_version": DATA_VERSION, **({"turns": config.turns} if config.turns
-                                                                             else {})}
+            "embedder": embedder.model_id, "data_version": DATA_VERSION,
+            **({"turns": config.turns, "turn_data_version": TURN_DATA_VERSION} if config.turns else {})}
 
 
 def _session_plan(rng: np.random.Generator, users: np.ndarray, state: dict) -> list[tuple[str, int]]:
@@ -445,22 +446,23 @@ def _load_facts(conn: psycopg.Connection, config: SearchBenchConfig, model: Word
 
 
 def _turn_batches(config: SearchBenchConfig, model: WordModel, embed, model_id: str) -> Iterator[list[tuple]]:
-    """Every user's turns in time order, users interleaved, sessions of 20 turns; a turn is
-    embedded alone (latency does not depend on what a vector says)."""
+    """Sessions of 20 turns in time order, users taking turns, each session's turns written
+    together as the pipeline writes them (per session); a turn is embedded alone (latency
+    does not depend on what a vector says)."""
     rng = np.random.default_rng([config.seed, 4])
     step = timedelta(days=SPAN_DAYS) / config.turns
     roles = ("user", "assistant", "assistant", "tool")
     for start in range(0, config.turns, BATCH_ROWS):
         count = min(BATCH_ROWS, config.turns - start)
         numbers = np.arange(start, start + count)
-        users = numbers % config.users
-        rank = numbers // config.users  # the turn's place among its user's turns
+        session = numbers // SESSION_TURNS  # the n-th session of the whole load
+        users = session % config.users
         texts = model.turn_texts(rng, users)
         vectors = embed(texts)
         rows = []
-        for n, user, place, text, vector in zip(numbers.tolist(), users.tolist(), rank.tolist(), texts, vectors):
-            pos = place % SESSION_TURNS
-            rows.append((f"bench-{user + 1:05d}-t{place // SESSION_TURNS:05d}", pos, f"bench-user-{user + 1:05d}",
+        for n, user, s, text, vector in zip(numbers.tolist(), users.tolist(), session.tolist(), texts, vectors):
+            pos = n % SESSION_TURNS
+            rows.append((f"bench-{user + 1:05d}-t{s // config.users:05d}", pos, f"bench-user-{user + 1:05d}",
                          pos, roles[pos % 4] if pos else "user", START + step * n, text, vector, model_id))
         yield rows
 

@@ -338,8 +338,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         url, written = evidence_database(args.users, args.seed, embedder.model_id, rebuild=args.rebuild,
                                          echo=lambda line: print(line, file=sys.stderr, flush=True))
         questions = load_questions(written.questions)
+        rows = (*bench.EVIDENCE_ROWS, *bench.VARIANT_ROWS) if args.variants else bench.EVIDENCE_ROWS
         with get_pool(url).connection() as conn:
-            scores = bench.evidence_retrieval(conn, embedder, questions, k=args.k)
+            scores = bench.evidence_retrieval(conn, embedder, questions, rows=rows, k=args.k)
     finally:
         embedder.close()
     if args.json:
@@ -693,6 +694,9 @@ def build_parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--users", type=int, default=12, help="users of the evidence set (default 12)")
     retrieval.add_argument("--seed", type=int, default=0)
     retrieval.add_argument("--rebuild", action="store_true", help="build its database again even if it matches")
+    retrieval.add_argument("--variants", action="store_true",
+                           help="also the settings the defaults were chosen against (dense weight, time handling, "
+                                "widening, fusion)")
     retrieval.add_argument("--needles", action="store_true",
                            help="the needle smoke instead: recall@k and nDCG@k of chunk search modes over the sample "
                                 "in the pipeline's database (after `memory-pipelines run`)")

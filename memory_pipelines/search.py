@@ -10,7 +10,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 import psycopg
@@ -492,7 +492,7 @@ class UnifiedMemorySearch(MemorySearch):
         found = dict(zip(plans, self._resolve(*plans.values())))
         named = None
         if scope in ("all", "raw"):
-            named = self._named_time(text, user_id, now)
+            named = self.named_time(text, user_id, now)
             raw = self.search_passages(text, user_id, session_id, k,
                                        prefer=(named.since, named.until) if named else None)
             found["raw"] = self.mark_freshness(raw, user_id, current_session_id, summary_at)
@@ -515,17 +515,23 @@ class UnifiedMemorySearch(MemorySearch):
         self._count_access(served)
         return ServedMemory(tuple(served), budget, named, left_out)
 
-    def _named_time(self, text: str, user_id: str | None, now: datetime | None) -> TimeRange | None:
+    def named_time(self, text: str, user_id: str | None, now: datetime | None) -> TimeRange | None:
+        """The time the question names, relative to `now` (default: the user's newest turn)."""
+        if time_range(text, now or datetime.now().astimezone()) is None:
+            return None  # it names none: no need to ask when the user last spoke
         if now is None:
             now = self.conn.execute(query("newest_turn"), self._scope(user_id)).fetchone()[0]
         return time_range(text, now) if now is not None else None
 
     def _count_access(self, hits: Sequence[MemoryHit]) -> None:
         """Every hit counts as an access: decay gives often-used memories a boost."""
-        for source, name in (("fact", "count_fact_access"), ("knowledge", "count_knowledge_access")):
-            ids = [h.id for h in hits if h.source_type == source]
-            if ids:
-                self.conn.execute(query(name), {"ids": ids})
+        statements = [(name, {"ids": ids}) for source, name in (("fact", "count_fact_access"),
+                                                                   ("knowledge", "count_knowledge_access"))
+                      if (ids := [h.id for h in hits if h.source_type == source])]
+        if statements:
+            with self.conn.pipeline():  # one round trip
+                for name, params in statements:
+                    self.conn.execute(query(name), params)
 
     def mark_freshness(self, raw: list[MemoryHit], user_id: str | None, current_session_id: str | None = None,
                        summary_at: datetime | None = None) -> list[MemoryHit]:
@@ -534,8 +540,10 @@ class UnifiedMemorySearch(MemorySearch):
         `before_summary`. Both are still returned, labelled."""
         if not raw:
             return raw
+        oldest = min((h.timestamp for h in raw if h.timestamp is not None), default=None)
         facts, summaries = self._fetch([
-            ("newer_facts_for_users", {"user_ids": sorted({h.user_id for h in raw if h.user_id})}),
+            ("newer_facts_for_users", {"user_ids": sorted({h.user_id for h in raw if h.user_id}),
+                                       "since": oldest or datetime.max.replace(tzinfo=UTC)}),
             ("summary_cursors", {"session_ids": sorted({h.session_id for h in raw})})])
         fact_words = [(f, content_words(f"{f['key'].replace('_', ' ')} {f['value']}")) for f in facts]
         cursors = {r["session_id"]: r["cursor_ts"] for r in summaries}

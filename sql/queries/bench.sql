@@ -140,7 +140,7 @@ FROM STDIN WITH (FORMAT BINARY);
 -- The staged turns, indexed by the functions the pipeline's own rows are (migration 0013).
 INSERT INTO memory_turns (session_id, seq, user_id, pos, role, ts, language, body, keys, tsv, body_length,
                           content_hash, window_hash, embedding, embedding_model, partition_key, run_id)
-SELECT session_id, seq, user_id, pos, role, ts, 'english', body, '{}', memory_turn_tsv('english', body, '{}'),
+SELECT session_id, seq, user_id, pos, role, ts, 'english', body, '{}', memory_turn_tsv('english', body, '{}', user_id),
        memory_turn_length('english', body), md5(body), md5(body), embedding::halfvec, embedding_model,
        to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD'), 'bench'
 FROM bench_turn_load;

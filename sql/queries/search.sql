@@ -115,8 +115,9 @@ WHERE session_id = %(session_id)s AND user_id = %(user_id)s AND seq BETWEEN %(fi
 ORDER BY seq;
 
 -- name: newer_facts_for_users
+-- The facts that could supersede an excerpt: the users', seen after the oldest excerpt.
 SELECT user_id, category, key, value, last_verified_at FROM memory_facts
-WHERE merged_into IS NULL AND user_id = ANY(%(user_ids)s)
+WHERE merged_into IS NULL AND user_id = ANY(%(user_ids)s) AND last_verified_at > %(since)s
 ORDER BY user_id, category, key;
 
 -- name: summary_cursors

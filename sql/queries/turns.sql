@@ -28,7 +28,8 @@ ORDER BY k;
 INSERT INTO memory_turns AS t (session_id, seq, user_id, pos, role, ts, language, body, keys, tsv, body_length,
                                content_hash, window_hash, partition_key, run_id)
 VALUES (%(session_id)s, %(seq)s, %(user_id)s, %(pos)s, %(role)s, %(ts)s, %(language)s, %(body)s, %(keys)s::text[],
-        memory_turn_tsv(%(language)s, %(body)s, %(keys)s::text[]), memory_turn_length(%(language)s, %(body)s),
+        memory_turn_tsv(%(language)s, %(body)s, %(keys)s::text[], %(user_id)s),
+        memory_turn_length(%(language)s, %(body)s),
         %(content_hash)s, %(window_hash)s, to_char(%(ts)s AT TIME ZONE 'UTC', 'YYYY-MM-DD'), %(run_id)s)
 ON CONFLICT (session_id, seq) DO UPDATE
 SET user_id = EXCLUDED.user_id, pos = EXCLUDED.pos, role = EXCLUDED.role, ts = EXCLUDED.ts,
@@ -53,9 +54,10 @@ GROUP BY user_id, language;
 -- name: turn_text_search
 -- BM25 over the user's turns (every user's with all_users): the query stemmed in each
 -- language the user's turns are in, candidates from the turns holding any of its lexemes
--- (so each lexeme's document frequency is exact), term frequencies from the positions of the
--- allowed weights (A: the body, B: breadcrumbs and summary keys), lengths and corpus size from
--- memory_turn_stats. Lexemes become tsquery literals quoted here, never by the caller.
+-- (so each lexeme's document frequency is exact; the owner's lexeme keeps the index to the
+-- user's turns), term frequencies from the positions of the allowed weights (A: the body, B:
+-- breadcrumbs and summary keys), lengths and corpus size from memory_turn_stats. Lexemes
+-- become tsquery literals quoted here, never by the caller.
 WITH stats AS (
     SELECT sum(turns)::float8 AS n, sum(total_length)::float8 / greatest(sum(turns), 1) AS avgdl,
            array_agg(DISTINCT language) AS languages
@@ -66,9 +68,11 @@ terms AS (
     FROM stats, unnest(stats.languages) AS cfg, unnest(memory_turn_lexemes(cfg, %(text)s)) AS v
 ),
 q AS (
-    SELECT string_agg('''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || ''':' || %(weights)s::text, ' | ')::tsquery
-           AS query
-    FROM terms
+    SELECT CASE WHEN %(all_users)s THEN matching
+                ELSE matching && ('''' || memory_turn_owner(%(user_id)s) || '''')::tsquery END AS query
+    FROM (SELECT string_agg('''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || ''':' || %(weights)s::text,
+                            ' | ')::tsquery AS matching
+          FROM terms) AS m
 ),
 candidates AS (
     SELECT t.user_id, t.session_id, t.seq, t.pos, t.ts, t.body_length, t.tsv
