@@ -33,10 +33,8 @@ T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
-def sample_url(make_module_database):
-    url = make_module_database()
-    materialize_partitions(all_assets, DAYS, url, SAMPLE_TRANSCRIPTS)
-    return url
+def sample_url(make_module_sample_database):
+    return make_module_sample_database()
 
 
 @pytest.fixture

@@ -37,11 +37,9 @@ def one_error_line(result) -> str:
 
 
 @pytest.fixture(scope="module")
-def sampled(make_module_database) -> str:
-    """The whole sample, distilled once, for the tests that read it or refuse to change it."""
-    url = make_module_database()
-    materialize_partitions(all_assets, [f"2026-10-{d:02}" for d in range(1, 15)], url, SAMPLE_TRANSCRIPTS)
-    return url
+def sampled(make_module_sample_database) -> str:
+    """The whole sample, distilled, for the tests that read it or refuse to change it."""
+    return make_module_sample_database()
 
 
 @pytest.fixture
