@@ -219,7 +219,8 @@ def test_archive_lists_and_restores_in_bulk_by_run_dry_run_first(database_url, t
     folder = tmp_path / "t"
     shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder)
     eager = {**os.environ, "MEMORY_DECAY_MIN_AGE_DAYS": "1"}  # old enough after a day: something decays
-    assert cli("run", "--transcripts", str(folder), env=eager).returncode == 0
+    days = ("--start", "2026-10-01", "--end", "2026-10-04")  # bob's first three sessions
+    assert cli("run", "--transcripts", str(folder), *days, env=eager).returncode == 0
     listed = cli("archive", "list", "--reason", "decayed", "--json")
     rows = json.loads(listed.stdout)
     assert rows and {r["reason"] for r in rows} == {"decayed"} and all(r["run_id"] for r in rows)
@@ -240,7 +241,7 @@ def test_archive_lists_and_restores_in_bulk_by_run_dry_run_first(database_url, t
         back = conn.execute("SELECT count(*) FROM knowledge_entries WHERE id = ANY(%s) AND last_accessed_at IS NOT NULL",
                             (ids,)).fetchone()[0]
     assert back == len(ids)  # brought back by hand: counted as used, so decay keeps them
-    assert cli("run", "--transcripts", str(folder), env=eager).returncode == 0
+    assert cli("run", "--transcripts", str(folder), *days, env=eager).returncode == 0
     assert count(database_url, "SELECT count(*) FROM knowledge_entries WHERE id = ANY(%s)", (ids,)) == len(ids)
     assert cli("archive", "restore", "999999", "--yes").returncode == 1
     assert cli("archive", "restore").returncode == 2  # nothing selected
