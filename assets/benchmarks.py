@@ -7,7 +7,9 @@ decision models at the instant wire-level server (`memory_pipelines.llm.instant_
 to count the calls and tokens a real model would get.
 """
 
+import hashlib
 import os
+import re
 import resource
 import tempfile
 import time
@@ -19,6 +21,7 @@ from pathlib import Path
 import dagster as dg
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from assets.runner import ensure_dagster_home, partition_keys_between, run_partitions
 from memory_pipelines.bench import DistillBench
@@ -26,9 +29,10 @@ from memory_pipelines.config import Settings
 from memory_pipelines.db import repository
 from memory_pipelines.db.connection import close_pools, get_pool, resolve_url, with_database
 from memory_pipelines.db.queries import query
+from memory_pipelines.evidence_set import EvidenceSet, write_evidence_set
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from memory_pipelines.llm.instant_server import InstantModelServer
-from memory_pipelines.transcripts import transcript_date_range
+from memory_pipelines.transcripts import transcript_date_range, transcript_days
 
 BENCH_DATABASE = "memory_bench_distill"
 
@@ -107,3 +111,43 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, echo: Callable
         calls_by_purpose={purpose: calls for purpose, calls, _ in usage},
         tokens_by_purpose={purpose: tokens for purpose, _, tokens in usage},
     )
+
+
+def evidence_database(users: int, seed: int, embedder_id: str, *, rebuild: bool = False,
+                      echo: Callable[[str], None] = print) -> tuple[str, EvidenceSet]:
+    """The labelled evidence set distilled by the whole graph into a database of its own
+    (`memory_bench_evidence_…`, named after the set and the embedder), built once and reused
+    while what it was built from matches. Only the days with messages are run."""
+    settings = Settings.from_env()
+    name = re.sub(r"[^a-z0-9]+", "_", f"memory_bench_evidence_u{users}_s{seed}_{embedder_id}".lower())[:63]
+    folder = settings.home / "bench" / name
+    written = write_evidence_set(folder, users=users, seed=seed)
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(folder.rglob("*.json*")))).hexdigest()
+    params = {"users": users, "seed": seed, "embedder": embedder_id, "set": digest}
+    server = resolve_url(settings.database_url, settings.home)
+    url = with_database(server, name)
+    with psycopg.connect(server, autocommit=True) as admin:
+        exists = admin.execute(query("bench_database_exists"), {"name": name}).fetchone()[0]
+    if exists and not rebuild:
+        with psycopg.connect(url) as conn:
+            conn.execute(query("bench_meta_create"))
+            meta = conn.execute(query("bench_meta_read")).fetchone()
+        if meta is not None and meta[0] == params and meta[1]:
+            echo(f"reusing {name} (built in {meta[2]:.0f} s)")
+            return url, written
+    with psycopg.connect(server, autocommit=True) as admin:
+        for statement in ("bench_drop_database", "bench_create_database"):
+            admin.execute(sql.SQL(query(statement)).format(database=sql.Identifier(name)))
+    echo(f"building {name}: {written.messages:,} messages of {written.users} users through the whole graph")
+    started = time.perf_counter()
+    with _environment({"MEMORY_DATABASE_URL": url, "MEMORY_TRANSCRIPTS": str(written.transcripts)}):
+        ensure_dagster_home(settings.home, url)
+        with get_pool(url).connection() as conn:
+            conn.execute(query("bench_meta_create"))
+            conn.execute(query("bench_meta_start"), {"params": Jsonb(params)})
+        days = [d.isoformat() for d in transcript_days(written.transcripts)]
+        run_partitions(days, echo=lambda line: echo(line) if line.startswith("[") else None)
+        with get_pool(url).connection() as conn:
+            conn.execute(query("bench_meta_complete"), {"seconds": time.perf_counter() - started})
+    close_pools()
+    return url, written

@@ -123,12 +123,13 @@ def partition_keys_between(start: str, end: str) -> list[str]:
 
 
 def _cause(error) -> str:
-    """What went wrong, in the failing code's own words: the innermost error's last line,
-    without the qualified class name Dagster's and our errors carry (`package.Error: ...`);
-    a builtin's name (`TypeError: ...`) stays, it is part of the meaning."""
+    """What went wrong, in the failing code's own words: the innermost error's first line
+    (a database error's detail and hint follow it), without the qualified class name
+    Dagster's and our errors carry (`package.Error: ...`); a builtin's name (`TypeError:
+    ...`) stays, it is part of the meaning."""
     while error.cause is not None:  # the user code's own error, not Dagster's wrapper
         error = error.cause
-    text = error.message.strip().splitlines()[-1] if error.message.strip() else (error.cls_name or "failed")
+    text = error.message.strip().splitlines()[0] if error.message.strip() else (error.cls_name or "failed")
     prefix, _, rest = text.partition(": ")
     return rest if rest and "." in prefix and not prefix.count(" ") else text
 

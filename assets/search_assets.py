@@ -1,4 +1,5 @@
-"""Assets `sketches` and `memory_embeddings`: what the query module reads besides facts and chunks."""
+"""Assets `sketches`, `memory_turns` and `memory_embeddings`: what the query module reads
+besides facts and chunks."""
 
 from collections.abc import Iterator
 
@@ -12,6 +13,7 @@ from memory_pipelines.db.connection import get_pool
 from memory_pipelines.distill import CallContext, collect_sketches
 from memory_pipelines.embeddings import embed_missing
 from memory_pipelines.reporting import markdown_table
+from memory_pipelines.turns import index_turns_for_days
 
 
 @dg.asset(
@@ -41,13 +43,44 @@ def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> I
 
 @dg.asset(
     **DAILY_ASSET,
-    deps=["memory_facts", "memory_chunks", "knowledge_entries"],
+    deps=["transcripts", "session_summaries", "memory_chunks"],
+    check_specs=quality_check_specs("memory_turns"),
+    group_name="memory",
+    kinds={"postgres"},
+    tags={"stage": "index"},
+    description=(
+        "The turn-level index search serves passages from: every user, assistant and tool message (a tool "
+        "result capped at 2,000 characters), with its session's language (english, german, spanish, french, "
+        "... else simple) stemmed into lexemes with positions for BM25, the breadcrumbs and summary keys it "
+        "holds as extra keys, its neighbours' order, and per-user corpus statistics (memory_turn_stats). "
+        "Each session is indexed as it is now, so any day in any order leaves the same rows."
+    ),
+)
+def memory_turns(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
+    report = index_turns_for_days(get_pool(postgres.url()), context.partition_keys, context.run_id)
+    context.log.info("%s: %d sessions indexed, %d turns written, %d removed", partition_label(context),
+                     len(report.sessions), report.turns_written, report.turns_removed)
+    yield dg.MaterializeResult(metadata={
+        "partitions": partition_label(context),
+        "sessions_indexed": len(report.sessions),
+        "turns_written": report.turns_written,
+        "turns_removed": report.turns_removed,
+        "languages": dict(sorted(report.languages.items())),
+    })
+    yield from quality_check_results(postgres, partition_scope(context, session_ids=sorted(report.sessions)),
+                                     "memory_turns")
+
+
+@dg.asset(
+    **DAILY_ASSET,
+    deps=["memory_facts", "memory_chunks", "knowledge_entries", "memory_turns"],
     check_specs=quality_check_specs("memory_embeddings"),
     group_name="embeddings",
     kinds={"pgvector"},
     tags={"stage": "embed"},
     description=(
-        "Embeds every visible fact, chunk and knowledge entry whose embedding is missing or from another model "
+        "Embeds every visible fact, chunk, knowledge entry and turn (read with its neighbours) whose embedding is "
+        "missing or from another model "
         "(MEMORY_EMBED_BACKEND: ollama, openai, local or hashing; a changed embedder re-embeds everything, counted "
         "as re-embedded), in batches, into the table's "
         "`embedding` column with the model recorded. No vector index: searches are per user, where an "
@@ -71,6 +104,8 @@ def memory_embeddings(
         "facts_embedded": embedded["memory_facts"],
         "chunks_embedded": embedded["memory_chunks"],
         "entries_embedded": embedded["knowledge_entries"],
+        "turns_embedded": embedded["memory_turns"],
+        "turns_re_embedded": report.replaced["memory_turns"],
         "facts_re_embedded": report.replaced["memory_facts"],
         "chunks_re_embedded": report.replaced["memory_chunks"],
         "entries_re_embedded": report.replaced["knowledge_entries"],

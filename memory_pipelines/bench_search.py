@@ -43,14 +43,18 @@ from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder, HashingEmbedder
 from memory_pipelines.generator import CITIES, EDITORS, LANGUAGES, SERVICES, TOPICS
 from memory_pipelines.rules.text import STOPWORDS, content_words
+from memory_pipelines.passages import TurnSearch
 from memory_pipelines.search import UnifiedMemorySearch
 
 DATABASE_PREFIX = "memory_bench_search"
 # Bump when the generated data changes: a database built by another version is rebuilt.
 DATA_VERSION = "bench-search-v1"
+TURN_DATA_VERSION = "bench-turns-v2"  # of the turn-level load, recorded only when there is one
 RECALL_K = 10
 BATCH_ROWS = 5_000
 CHUNK_WORDS = (40, 600)  # words per chunk, uniform: about 2,200 characters on average (the packer's cap is 4,000)
+TURN_WORDS = (8, 60)
+SESSION_TURNS = 20  # turns per session of the turn-level load
 FACT_VALUE_WORDS = (3, 12)
 TOPIC_WORDS = 40  # a user's own words
 TOPIC_SHARE = 0.15  # of a chunk's words
@@ -132,14 +136,25 @@ class SearchBenchConfig:
     queries: int = 300
     seed: int = 0
     warmup: int = 20
+    turns: int = 0  # the turn-level index (memory_turns): messages over the users, evenly
 
     def __post_init__(self) -> None:
-        if self.users < 1 or self.chunks < self.users or self.facts < 0 or self.queries < 1 or self.warmup < 0:
-            raise ValueError("need users >= 1, chunks >= users, facts >= 0, queries >= 1")
+        if (self.users < 1 or self.chunks < self.users or self.facts < 0 or self.queries < 1 or self.warmup < 0
+                or self.turns < 0):
+            raise ValueError("need users >= 1, chunks >= users, facts >= 0, turns >= 0, queries >= 1")
 
     @property
     def database(self) -> str:
-        return f"{DATABASE_PREFIX}_u{self.users}_c{self.chunks}_f{self.facts}_s{self.seed}"
+        turns = f"_t{self.turns}" if self.turns else ""
+        return f"{DATABASE_PREFIX}_u{self.users}_c{self.chunks}_f{self.facts}{turns}_s{self.seed}"
+
+
+@dataclass(frozen=True)
+class TurnIndexSize:
+    table_bytes: int
+    index_bytes: int
+    load_seconds: float  # rows copied in, their lexemes and lengths computed
+    index_seconds: float  # the secondary indexes (full text, per user) built after the load
 
 
 @dataclass(frozen=True)
@@ -158,6 +173,8 @@ class SearchBenchResult:
     paths: tuple[PathLatency, ...]
     recall_at_10_chunks: float  # the chunk vector query against exact search over the user's rows
     recall_at_10_facts: float | None  # None without facts
+    turns: int
+    turn_index: TurnIndexSize | None  # with turns: the table's and indexes' size on disk, their build time
     measure_seconds: float
     load_average: tuple[float, float]  # the machine's 1-minute load average before and after measuring
 
@@ -224,6 +241,19 @@ class WordModel:
 
     def phrase(self, rng: np.random.Generator, user: int, length: int) -> str:
         return " ".join(self.words[i] for i in self.tokens(rng, np.array([user]), np.array([length])).tolist())
+
+    def turn_texts(self, rng: np.random.Generator, users: np.ndarray) -> list[str]:
+        """Messages of 8 to 60 words (about 50 to 350 characters), punctuated."""
+        lengths = rng.integers(TURN_WORDS[0], TURN_WORDS[1] + 1, size=len(users))
+        ids = self.tokens(rng, users, lengths)
+        punct = rng.random(len(ids))
+        ids = np.where(punct < 0.08, ids + self.size, np.where(punct < 0.09, ids + 2 * self.size, ids))
+        words = self.table[ids].tolist()
+        texts, start = [], 0
+        for length in lengths.tolist():
+            texts.append(" ".join(words[start:start + length]))
+            start += length
+        return texts
 
     def breadcrumbs(self, rng: np.random.Generator, user: int) -> list[str]:
         count = int(rng.integers(0, 6))
@@ -313,7 +343,8 @@ def with_database(url: str, name: str) -> str:
 
 def _params(config: SearchBenchConfig, embedder: Embedder) -> dict:
     return {"users": config.users, "chunks": config.chunks, "facts": config.facts, "seed": config.seed,
-            "embedder": embedder.model_id, "data_version": DATA_VERSION}
+            "embedder": embedder.model_id, "data_version": DATA_VERSION,
+            **({"turns": config.turns, "turn_data_version": TURN_DATA_VERSION} if config.turns else {})}
 
 
 def _session_plan(rng: np.random.Generator, users: np.ndarray, state: dict) -> list[tuple[str, int]]:
@@ -414,9 +445,50 @@ def _load_facts(conn: psycopg.Connection, config: SearchBenchConfig, model: Word
     progress(f"facts: {config.facts:,}")
 
 
+def _turn_batches(config: SearchBenchConfig, model: WordModel, embed, model_id: str) -> Iterator[list[tuple]]:
+    """Sessions of 20 turns in time order, users taking turns, each session's turns written
+    together as the pipeline writes them (per session); a turn is embedded alone (latency
+    does not depend on what a vector says)."""
+    rng = np.random.default_rng([config.seed, 4])
+    step = timedelta(days=SPAN_DAYS) / config.turns
+    roles = ("user", "assistant", "assistant", "tool")
+    for start in range(0, config.turns, BATCH_ROWS):
+        count = min(BATCH_ROWS, config.turns - start)
+        numbers = np.arange(start, start + count)
+        session = numbers // SESSION_TURNS  # the n-th session of the whole load
+        users = session % config.users
+        texts = model.turn_texts(rng, users)
+        vectors = embed(texts)
+        rows = []
+        for n, user, s, text, vector in zip(numbers.tolist(), users.tolist(), session.tolist(), texts, vectors):
+            pos = n % SESSION_TURNS
+            rows.append((f"bench-{user + 1:05d}-t{s // config.users:05d}", pos, f"bench-user-{user + 1:05d}",
+                         pos, roles[pos % 4] if pos else "user", START + step * n, text, vector, model_id))
+        yield rows
+
+
+def _load_turns(conn: psycopg.Connection, config: SearchBenchConfig, model: WordModel, embed, model_id: str,
+                progress: Callable[[str], None]) -> None:
+    """Copied into a staging table, then indexed by the same functions the pipeline's rows are."""
+    loaded = 0
+    for number, rows in enumerate(_prefetched(_turn_batches(config, model, embed, model_id)), start=1):
+        with conn.transaction():
+            conn.execute(query("bench_create_turn_load"))
+            with conn.cursor().copy(query("bench_copy_turn_load")) as copy:
+                copy.set_types(["text", "int8", "text", "int4", "text", "timestamptz", "text", "vector", "text"])
+                for row in rows:
+                    copy.write_row(row)
+            conn.execute(query("bench_insert_turns"))
+        loaded += len(rows)
+        if number % 40 == 0 or loaded == config.turns:
+            progress(f"turns: {loaded:,} / {config.turns:,}")
+    conn.execute(query("bench_turn_stats"))
+
+
 def build(url: str, config: SearchBenchConfig, embedder: Embedder,
-          progress: Callable[[str], None] = lambda _: None) -> float:
-    """Fill the (migrated, empty) benchmark database; returns the seconds it took."""
+          progress: Callable[[str], None] = lambda _: None) -> tuple[float, TurnIndexSize | None]:
+    """Fill the (migrated, empty) benchmark database; returns the seconds it took and, with
+    turns, what their index costs."""
     began = time.perf_counter()
     model = WordModel(config.seed, config.users)
     embed = bulk_embedder(embedder)
@@ -425,22 +497,35 @@ def build(url: str, config: SearchBenchConfig, embedder: Embedder,
         conn.execute("SET maintenance_work_mem = '512MB'")
         conn.execute("SET synchronous_commit = off")  # an interrupted build is rebuilt anyway
         saved = {}
-        for table in ("memory_chunks", "memory_facts"):
+        for table in ("memory_chunks", "memory_facts", "memory_turns"):
             saved[table] = conn.execute(query("bench_secondary_indexes"), {"table": table}).fetchall()
             for name, _ in saved[table]:
                 conn.execute(sql.SQL(query("drop_index")).format(index=sql.Identifier(name)))
         _load_chunks(conn, config, model, embed, embedder.model_id, progress)
         _load_facts(conn, config, model, embed, embedder.model_id, progress)
-        progress(f"rows loaded in {time.perf_counter() - began:.0f}s; building indexes")
+        turns_began = time.perf_counter()
+        if config.turns:
+            _load_turns(conn, config, model, embed, embedder.model_id, progress)
+        loaded = time.perf_counter()
+        progress(f"rows loaded in {loaded - began:.0f}s; building indexes")
+        index_seconds = 0.0
         for table, indexes in saved.items():
+            started = time.perf_counter()
             for _, definition in indexes:
                 conn.execute(definition)
             conn.execute(sql.SQL(query("bench_vacuum_analyze")).format(table=sql.Identifier(table)))
-    return time.perf_counter() - began
+            if table == "memory_turns":
+                index_seconds = time.perf_counter() - started
+        size = None
+        if config.turns:
+            table_bytes, index_bytes = conn.execute(query("bench_turn_sizes")).fetchone()
+            size = TurnIndexSize(table_bytes, index_bytes, round(loaded - turns_began, 1), round(index_seconds, 1))
+    return time.perf_counter() - began, size
 
 
 def prepare_database(admin_url: str, config: SearchBenchConfig, embedder: Embedder, *, rebuild: bool = False,
-                     progress: Callable[[str], None] = lambda _: None) -> tuple[str, bool, float | None]:
+                     progress: Callable[[str], None] = lambda _: None) -> tuple[str, bool, float | None,
+                                                                                   TurnIndexSize | None]:
     """The benchmark database's URL, whether it was reused, and its build time. Only ever
     creates or drops the database named for `config`, never the one `admin_url` names."""
     name = config.database
@@ -453,11 +538,12 @@ def prepare_database(admin_url: str, config: SearchBenchConfig, embedder: Embedd
     if exists and not rebuild:
         with psycopg.connect(url) as conn:
             conn.execute(query("bench_meta_create"))
+            conn.execute(query("bench_meta_turn_columns"))
             meta = conn.execute(query("bench_meta_read")).fetchone()
         if meta and meta[0] == params and meta[1]:
             try:
                 migrate(url)  # a newer schema applies to the data already there
-                return url, True, meta[2]
+                return url, True, meta[2], _turn_size(url, config)
             except MigrationError as exc:
                 progress(f"{name} cannot be migrated ({exc}): rebuilding")
         else:
@@ -469,13 +555,27 @@ def prepare_database(admin_url: str, config: SearchBenchConfig, embedder: Embedd
     migrate(url)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(query("bench_meta_create"))
+        conn.execute(query("bench_meta_turn_columns"))
         conn.execute(query("bench_meta_start"), {"params": Jsonb(params)})
-    progress(f"building {name}: {config.chunks:,} chunks, {config.facts:,} facts, {config.users:,} users")
-    seconds = build(url, config, embedder, progress)
+    progress(f"building {name}: {config.chunks:,} chunks, {config.facts:,} facts, {config.turns:,} turns, "
+             f"{config.users:,} users")
+    seconds, size = build(url, config, embedder, progress)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(query("bench_meta_complete"), {"seconds": seconds})
+        if size is not None:
+            conn.execute(query("bench_meta_turn_build"), {"load": size.load_seconds, "index": size.index_seconds})
     progress(f"built in {seconds:.0f}s")
-    return url, False, seconds
+    return url, False, seconds, size
+
+
+def _turn_size(url: str, config: SearchBenchConfig) -> TurnIndexSize | None:
+    """A reused database's turn index: its size now, its build times as recorded."""
+    if not config.turns:
+        return None
+    with psycopg.connect(url) as conn:
+        table_bytes, index_bytes = conn.execute(query("bench_turn_sizes")).fetchone()
+        load, index = conn.execute(query("bench_meta_turn_build_read")).fetchone()
+    return TurnIndexSize(table_bytes, index_bytes, load or 0.0, index or 0.0)
 
 
 # --- queries and measurement --------------------------------------------------------------
@@ -485,16 +585,17 @@ def prepare_database(admin_url: str, config: SearchBenchConfig, embedder: Embedd
 class BenchQuery:
     user_id: str
     text: str
-    source: str  # chunk | fact
+    source: str  # chunk | fact (a turn of the turn-level load counts as a chunk)
 
 
-def draw_queries(conn: psycopg.Connection, count: int, seed: int) -> list[BenchQuery]:
-    """A user and 2-4 content words of one of their chunks (three in four) or facts, in a
-    question template; seeded, drawn from the data."""
+def draw_queries(conn: psycopg.Connection, count: int, seed: int, turns: bool = False) -> list[BenchQuery]:
+    """A user and 2-4 content words of one of their chunks (three in four; turns, with the
+    turn-level load) or facts, in a question template; seeded, drawn from the data."""
     rng = np.random.default_rng([seed, 5])
     from_facts = rng.random(count) < 0.25
     picked: dict[str, list] = {}
-    for table, name, n in (("memory_chunks", "bench_chunks_by_id", int((~from_facts).sum())),
+    texts = ("memory_turns", "bench_turns_by_id") if turns else ("memory_chunks", "bench_chunks_by_id")
+    for table, name, n in ((*texts, int((~from_facts).sum())),
                            ("memory_facts", "bench_facts_by_id", int(from_facts.sum()))):
         low, high = conn.execute(sql.SQL(query("bench_id_range")).format(table=sql.Identifier(table))).fetchone()
         if n == 0 or high == 0:
@@ -504,7 +605,7 @@ def draw_queries(conn: psycopg.Connection, count: int, seed: int) -> list[BenchQ
         rows = conn.execute(query(name), {"ids": ids}).fetchall()
         order = rng.permutation(len(rows))
         picked[table] = [rows[i] for i in order[:n]]
-    chunks, facts = iter(picked["memory_chunks"]), iter(picked["memory_facts"])
+    chunks, facts = iter(picked[texts[0]]), iter(picked["memory_facts"])
     out = []
     for fact in from_facts.tolist():
         row = next(facts, None) if fact else None
@@ -551,6 +652,14 @@ PATHS: tuple[tuple[str, bool, Callable[[UnifiedMemorySearch, BenchQuery], object
     ("search_chunks text", False, lambda s, q: s.search_chunks(q.text, q.user_id, mode="text")),
     ("unified search", True, lambda s, q: s.search(q.text, user_id=q.user_id)),
 )
+# with the turn-level load: passages alone, and unified search within its default budget
+TURN_PATHS: tuple[tuple[str, bool, Callable[[UnifiedMemorySearch, BenchQuery], object]], ...] = (
+    ("search_facts", True, lambda s, q: s.search_facts(q.text, q.user_id)),
+    ("passages fused", True, lambda s, q: s.search_passages(q.text, q.user_id)),
+    ("passages text (BM25)", False, lambda s, q: s.search_passages(q.text, q.user_id, how=TurnSearch(signal="text"))),
+    ("passages vector", True, lambda s, q: s.search_passages(q.text, q.user_id, how=TurnSearch(signal="vector"))),
+    ("unified search, 6,000-character budget", True, lambda s, q: s.search(q.text, user_id=q.user_id)),
+)
 
 
 def _time_pass(conn: psycopg.Connection, embedder: Embedder, call, queries: Sequence[BenchQuery]) -> list[float]:
@@ -590,9 +699,10 @@ def _recall(conn: psycopg.Connection, queries: Sequence[BenchQuery], vectors: di
 def measure(url: str, embedder: Embedder, config: SearchBenchConfig,
             progress: Callable[[str], None] = lambda _: None) -> tuple[Latency, tuple[PathLatency, ...], float,
                                                                       float | None]:
+    paths = TURN_PATHS if config.turns else PATHS
     with psycopg.connect(url) as conn:
         register_vector(conn)
-        queries = draw_queries(conn, config.queries + config.warmup, config.seed)
+        queries = draw_queries(conn, config.queries + config.warmup, config.seed, turns=bool(config.turns))
         conn.rollback()
         warmup, queries = queries[:config.warmup], queries[config.warmup:]
         embed_seconds, vectors = [], {}
@@ -601,18 +711,18 @@ def measure(url: str, embedder: Embedder, config: SearchBenchConfig,
             vectors[q.text] = embedder.embed([q.text])[0]
             embed_seconds.append(time.perf_counter() - began)
         cached = PrecomputedEmbedder(embedder, vectors)
-        for _, _, call in PATHS:  # statements prepared, caches warm
+        for _, _, call in paths:  # statements prepared, caches warm
             _time_pass(conn, cached, call, warmup)
         results = []
-        for name, embeds, call in PATHS:
+        for name, embeds, call in paths:
             without = Latency.of(_time_pass(conn, cached, call, queries))
             with_ = Latency.of(_time_pass(conn, embedder, call, queries)) if embeds else None
             results.append(PathLatency(name, without, with_))
             progress(f"{name}: p95 {without.p95_ms:.1f} ms" + (f", {with_.p95_ms:.1f} ms with the embedding"
                                                                 if with_ else ""))
-        chunk_recall = _recall(conn, queries, vectors, embedder.model_id, "chunk_search", "bench_user_chunk_vectors",
-                               {"session_id": None, "match": "", "rank": "", "vector_limit": RECALL_K,
-                                "text_limit": 0})
+        chunk_recall = 0.0 if config.turns else _recall(  # turn vectors are searched exactly: recall 1 by design
+            conn, queries, vectors, embedder.model_id, "chunk_search", "bench_user_chunk_vectors",
+            {"session_id": None, "match": "", "rank": "", "vector_limit": RECALL_K, "text_limit": 0})
         fact_recall = _recall(conn, queries, vectors, embedder.model_id, "fact_vector_search",
                               "bench_user_fact_vectors", {})
         return Latency.of(embed_seconds[len(warmup):]), tuple(results), chunk_recall or 0.0, fact_recall
@@ -621,7 +731,8 @@ def measure(url: str, embedder: Embedder, config: SearchBenchConfig,
 def run(admin_url: str, config: SearchBenchConfig, embedder: Embedder, *, rebuild: bool = False,
         progress: Callable[[str], None] = lambda _: None) -> SearchBenchResult:
     """Build (or reuse) the benchmark database on the server `admin_url` points at, then measure."""
-    url, reused, build_seconds = prepare_database(admin_url, config, embedder, rebuild=rebuild, progress=progress)
+    url, reused, build_seconds, turn_index = prepare_database(admin_url, config, embedder, rebuild=rebuild,
+                                                              progress=progress)
     load_before = _load_average()
     began = time.perf_counter()
     embedding, paths, chunk_recall, fact_recall = measure(url, embedder, config, progress)
@@ -629,8 +740,8 @@ def run(admin_url: str, config: SearchBenchConfig, embedder: Embedder, *, rebuil
         version = conn.execute("SHOW server_version").fetchone()[0]
     return SearchBenchResult(config.database, reused, round(build_seconds, 1) if build_seconds else None,
                              config.users, config.chunks, config.facts, config.queries, config.seed,
-                             embedder.model_id, version, embedding, paths, chunk_recall, fact_recall,
-                             round(time.perf_counter() - began, 1), (load_before, _load_average()))
+                             embedder.model_id, version, embedding, paths, chunk_recall, fact_recall, config.turns,
+                             turn_index, round(time.perf_counter() - began, 1), (load_before, _load_average()))
 
 
 def _load_average() -> float:
@@ -643,7 +754,8 @@ def _load_average() -> float:
 def markdown(result: SearchBenchResult) -> str:
     built = ("reused" if result.reused else "built") + (f", build {result.build_seconds:.0f}s"
                                                          if result.build_seconds else "")
-    lines = [f"search latency: {result.chunks:,} chunks, {result.facts:,} facts, {result.users:,} users, "
+    turns = f"{result.turns:,} turns, " if result.turns else ""
+    lines = [f"search latency: {turns}{result.chunks:,} chunks, {result.facts:,} facts, {result.users:,} users, "
              f"{result.queries} queries (seed {result.seed}), embedder {result.embedder}, "
              f"PostgreSQL {result.server_version} ({result.database}, {built})", "",
              "| path | p50 ms | p95 ms | p99 ms | p50 ms +embed | p95 ms +embed | p99 ms +embed |",
@@ -654,8 +766,14 @@ def markdown(result: SearchBenchResult) -> str:
         lines.append(f"| {p.path} | {p.without_embedding.p50_ms:.2f} | {p.without_embedding.p95_ms:.2f} | "
                      f"{p.without_embedding.p99_ms:.2f} | {tail} |")
     e = result.query_embedding
+    if result.turn_index is not None:
+        t = result.turn_index
+        lines += ["", f"turn index: table {t.table_bytes / 2**30:.2f} GiB, indexes {t.index_bytes / 2**30:.2f} GiB on "
+                      f"disk; loaded and indexed in {t.load_seconds:.0f}s, secondary indexes built in "
+                      f"{t.index_seconds:.0f}s"]
     lines += ["", f"query embedding alone: p50 {e.p50_ms:.2f} ms, p95 {e.p95_ms:.2f} ms, p99 {e.p99_ms:.2f} ms",
-              f"recall@{RECALL_K} of the vector queries against exact search: chunks {result.recall_at_10_chunks:.3f}"
+              f"recall@{RECALL_K} of the vector queries against exact search: "
+              + ("turns 1 (searched exactly)" if result.turns else f"chunks {result.recall_at_10_chunks:.3f}")
               + (f", facts {result.recall_at_10_facts:.3f}" if result.recall_at_10_facts is not None else ""),
               f"measured in {result.measure_seconds:.0f}s, load average {result.load_average[0]:.2f} before, "
               f"{result.load_average[1]:.2f} after, on {os.cpu_count()} cores"]

@@ -22,6 +22,7 @@ from memory_pipelines.models import (
 )
 from memory_pipelines.quality import QualityResult, validate_frame
 from memory_pipelines.rules.noise import DROP_THRESHOLD
+from memory_pipelines.turns import INDEXED_ROLES, TEXT_SEARCH_CONFIGS
 
 
 @dataclass(frozen=True)
@@ -185,13 +186,22 @@ CHECKS: dict[str, tuple[QualityCheck, ...]] = {
             description="The partition's resolved errors: tool, error and fix present and not blank, the error "
                         "before its fix, expiry after the observation, the session's user."),
     ),
+    "memory_turns": (
+        QualityCheck(
+            "turns_valid", "turn_check_rows", ("session_id", "seq"),
+            (("in_set", "role", INDEXED_ROLES), ("in_set", "language", ("simple", *TEXT_SEARCH_CONFIGS.values())),
+             ("true", "session_user"), ("true", "has_message"), ("true", "pos_unique")),
+            blocking=True,
+            description="The indexed sessions' turns: a user, assistant or tool message of the archive, in a "
+                        "known text search configuration, the session's user, one turn per position."),
+    ),
     "memory_embeddings": (
         QualityCheck(
             "embeddings_current", "embedding_check_rows", ("source_table", "id"),
             (("not_null", "embedding_model"), ("equal", "embedding_model", "current_model"),
              ("equal", "dimension", "current_dimension")),
             blocking=True,
-            description="Every served row of the partition (visible facts, chunks, entries) and every row this "
+            description="Every served row of the partition (visible facts, chunks, entries, turns) and every row this "
                         "run embedded carries a vector of the configured embedder's model and dimension."),
     ),
     "memory_decay": (

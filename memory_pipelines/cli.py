@@ -14,7 +14,7 @@ from datetime import date
 from pathlib import Path
 
 from memory_pipelines.config import ConfigError, Settings, validate_environment
-from memory_pipelines.models import ARCHIVE_REASONS, SEARCH_SCOPES
+from memory_pipelines.models import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
 
 
 class CliError(RuntimeError):
@@ -264,7 +264,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.embed import build_embedder, embed_config
-    from memory_pipelines.search import UnifiedMemorySearch, format_hits
+    from memory_pipelines.search import UnifiedMemorySearch, format_served
 
     if args.user is None and not args.admin:
         raise UsageError("--user is required (searching every user needs --admin)")
@@ -278,16 +278,21 @@ def cmd_search(args: argparse.Namespace) -> int:
     try:
         with pool.connection() as conn:
             search = UnifiedMemorySearch(conn, embedder, admin=args.admin)
-            hits = search.search(args.query, scope=args.scope, k=args.k, user_id=args.user,
-                                 session_id=args.session, current_session_id=args.session)
+            served = search.serve(args.query, scope=args.scope, k=args.k, user_id=args.user,
+                                  session_id=args.session, current_session_id=args.session,
+                                  budget_chars=args.budget or None, budget_tokens=args.budget_tokens,
+                                  now=_parse_moment(args.now, "--now"))
     finally:
         embedder.close()
     for warning in search.warnings:
         print(f"memory-pipelines: warning: {warning.message}", file=sys.stderr)
     if args.json:
-        print(json.dumps([asdict(h) for h in hits], ensure_ascii=False, indent=2, default=str))
+        print(json.dumps({"query": args.query, "scope": args.scope, "budget": asdict(served.budget),
+                          "left_out": served.left_out,
+                          "time_range": asdict(served.time_range) if served.time_range else None,
+                          "hits": [asdict(h) for h in served.hits]}, ensure_ascii=False, indent=2, default=str))
     else:
-        print(format_hits(args.query, args.scope, hits))
+        print(format_served(args.query, args.scope, served))
     return 0
 
 
@@ -312,19 +317,37 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.embed import build_embedder, embed_config
 
-    pool = get_pool(_connect_url(_settings()))
     embedder = build_embedder(embed_config())
     try:
-        with pool.connection() as conn:
-            scores = bench.retrieval(conn, embedder, k=args.k)
+        if args.needles:
+            pool = get_pool(_connect_url(_settings()))
+            with pool.connection() as conn:
+                scores = bench.retrieval(conn, embedder, k=args.k)
+            if not any(s.questions for s in scores):
+                raise CliError("no labelled question has a relevant chunk: run `memory-pipelines run` on the sample "
+                               "first")
+            if args.json:
+                print(json.dumps({"embedder": embedder.model_id, "k": args.k, "modes": [asdict(s) for s in scores]},
+                                 indent=2))
+            else:
+                print(bench.markdown(scores, args.k, embedder.model_id))
+            return 0
+        from assets.benchmarks import evidence_database
+        from memory_pipelines.evidence_set import load_questions
+
+        url, written = evidence_database(args.users, args.seed, embedder.model_id, rebuild=args.rebuild,
+                                         echo=lambda line: print(line, file=sys.stderr, flush=True))
+        questions = load_questions(written.questions)
+        rows = (*bench.EVIDENCE_ROWS, *bench.VARIANT_ROWS) if args.variants else bench.EVIDENCE_ROWS
+        with get_pool(url).connection() as conn:
+            scores = bench.evidence_retrieval(conn, embedder, questions, rows=rows, k=args.k)
     finally:
         embedder.close()
-    if not any(s.questions for s in scores):
-        raise CliError("no labelled question has a relevant chunk: run `memory-pipelines run` on the sample first")
     if args.json:
-        print(json.dumps({"embedder": embedder.model_id, "k": args.k, "modes": [asdict(s) for s in scores]}, indent=2))
+        print(json.dumps({"embedder": embedder.model_id, "k": args.k, "questions": len(questions),
+                          "by_category": written.by_category, "rows": [asdict(s) for s in scores]}, indent=2))
     else:
-        print(bench.markdown(scores, args.k, embedder.model_id))
+        print(bench.evidence_markdown(scores, args.k, embedder.model_id, len(questions)))
     return 0
 
 
@@ -334,7 +357,7 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
 
     try:
         config = bench_search.SearchBenchConfig(users=args.users, chunks=args.chunks, facts=args.facts,
-                                                queries=args.queries, seed=args.seed)
+                                                queries=args.queries, seed=args.seed, turns=args.turns)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     url = _connect_url(_settings())
@@ -650,7 +673,12 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--user", help="whose memory (required unless --admin)")
     search.add_argument("--scope", default="all", choices=SEARCH_SCOPES,
                         help="all (default), facts, raw, sketches or knowledge")
-    search.add_argument("--k", type=int, default=5, help="hits per store, 1-20 (default 5)")
+    search.add_argument("--k", type=int, default=5, help="hits per store at most, 1-20 (default 5)")
+    search.add_argument("--budget", type=int, default=DEFAULT_BUDGET_CHARS,
+                        help=f"characters the hits may take, in tier order (default {DEFAULT_BUDGET_CHARS:,}; "
+                             "0: no budget)")
+    search.add_argument("--budget-tokens", type=int, help="the budget in tokens instead (estimated, 4 characters each)")
+    search.add_argument("--now", help="what times in the query count from (default: the user's newest turn)")
     search.add_argument("--session", help="narrow raw excerpts to one session (and rank its notes first)")
     search.add_argument("--admin", action="store_true", help="search every user")
     search.add_argument("--json", action="store_true")
@@ -659,9 +687,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks: distillation throughput and model cost, retrieval quality, "
                                          "search latency at scale")
     kinds = bench.add_subparsers(dest="kind", required=True)
-    retrieval = kinds.add_parser("retrieval", help="recall@k and nDCG@k over the labelled sample: each chunk "
-                                                   "search mode, unified search, what extra keys of chunks add")
-    retrieval.add_argument("--k", type=int, default=5)
+    retrieval = kinds.add_parser("retrieval", help="recall of evidence turns at equal budgets over the labelled "
+                                                   "evidence set (a database of its own, built once), per row and "
+                                                   "category; --needles: the 22 needle questions over the sample")
+    retrieval.add_argument("--k", type=int, default=10, help="hits for recall@k and nDCG@k (default 10)")
+    retrieval.add_argument("--users", type=int, default=12, help="users of the evidence set (default 12)")
+    retrieval.add_argument("--seed", type=int, default=0)
+    retrieval.add_argument("--rebuild", action="store_true", help="build its database again even if it matches")
+    retrieval.add_argument("--variants", action="store_true",
+                           help="also the settings the defaults were chosen against (dense weight, time handling, "
+                                "widening, fusion)")
+    retrieval.add_argument("--needles", action="store_true",
+                           help="the needle smoke instead: recall@k and nDCG@k of chunk search modes over the sample "
+                                "in the pipeline's database (after `memory-pipelines run`)")
     retrieval.add_argument("--json", action="store_true")
     retrieval.set_defaults(func=cmd_bench)
     for kind, text in (("distill", "messages/s per stage, peak memory and table sizes of a run over generated "
@@ -681,6 +719,9 @@ def build_parser() -> argparse.ArgumentParser:
     search_bench.add_argument("--users", type=int, default=1_000, help="default 1,000")
     search_bench.add_argument("--chunks", type=int, default=1_000_000, help="default 1,000,000")
     search_bench.add_argument("--facts", type=int, default=100_000, help="default 100,000")
+    search_bench.add_argument("--turns", type=int, default=0,
+                              help="the turn-level scale: this many messages in the turn index, over the users "
+                                   "(e.g. 2,000,000 with --chunks 1000); its paths are passages and unified search")
     search_bench.add_argument("--queries", type=int, default=300, help="timed queries per path (default 300)")
     search_bench.add_argument("--seed", type=int, default=0, help="of the data and the queries (default 0)")
     search_bench.add_argument("--embedder", choices=["hashing", "configured"], default="hashing",
@@ -742,7 +783,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.set_defaults(func=cmd_config)
 
     lin = sub.add_parser("lineage", help="where a row came from: source messages, run, model, calls, merges")
-    lin.add_argument("kind", choices=["fact", "chunk", "entry", "summary"])
+    lin.add_argument("kind", choices=["fact", "chunk", "entry", "turn", "summary"])
     lin.add_argument("id", help="the row id (a session id for summary)")
     lin.add_argument("--json", action="store_true")
     lin.set_defaults(func=cmd_lineage)

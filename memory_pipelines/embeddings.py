@@ -16,7 +16,7 @@ from memory_pipelines.embed import Embedder
 
 # table -> the named query that lists its rows needing an embedding (id, text)
 EMBEDDED_TABLES = {"memory_facts": "facts_needing_embedding", "memory_chunks": "chunks_needing_embedding",
-                   "knowledge_entries": "entries_needing_embedding"}
+                   "knowledge_entries": "entries_needing_embedding", "memory_turns": "turns_needing_embedding"}
 PAGE_ROWS = 512
 
 

@@ -27,7 +27,7 @@ ACCESS_COUNTED = ("knowledge_entries", "memory_facts")
 # forget deletes in this order: children before what they were derived from
 FORGET_TABLES = (
     "memory_facts_hidden", "memory_facts", "memory_fact_rejections", "memory_summary", "session_memory_state",
-    "memory_chunks", "sketches", "recall_ledger", "knowledge_sources", "knowledge_entry_versions", "knowledge_entries", "entity_graph",
+    "memory_chunks", "memory_turns", "memory_turn_stats", "sketches", "recall_ledger", "knowledge_sources", "knowledge_entry_versions", "knowledge_entries", "entity_graph",
     "error_memory", "memory_archive", "session_summary_versions", "session_summaries", "conversation_segments",
     "llm_calls", "quarantine", "messages", "sessions",
 )
@@ -191,6 +191,7 @@ def forget(conn: psycopg.Connection, user_id: str, session_id: str | None = None
         name = "memory_facts" if table == "memory_facts_hidden" else table
         removed[name] = removed.get(name, 0) + count
     conn.execute(query("record_forgotten"), {"user_id": user_id, "session_key": session_id or ""})
+    repository.refresh_turn_stats(conn, [user_id])  # what the user's remaining turns count
     return removed
 
 

@@ -1,6 +1,6 @@
 """Where a served row came from: its source messages, the run and partition that made it,
 the model and prompt version, the model calls and their tokens, and what superseded or
-merged it (`memory-pipelines lineage fact|chunk|entry|summary ID`)."""
+merged it (`memory-pipelines lineage fact|chunk|entry|turn|summary ID`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from psycopg.rows import dict_row
 from memory_pipelines.db.queries import query
 
 KINDS = {"fact": ("lineage_fact", "extract_facts"), "chunk": ("lineage_chunk", None),
-         "entry": ("lineage_entry", "synthesize_knowledge")}
+         "entry": ("lineage_entry", "synthesize_knowledge"), "turn": ("lineage_turn", None)}
 EXCERPT_CHARS = 160
 
 
@@ -36,7 +36,7 @@ def lineage(conn: psycopg.Connection, kind: str, ident: str) -> dict[str, Any]:
                                                              "last": versions[-1]["cursor_seq"],
                                                              "chars": EXCERPT_CHARS})}
     if kind not in KINDS:
-        raise ValueError(f"kind must be fact, chunk, entry or summary, not {kind!r}")
+        raise ValueError(f"kind must be fact, chunk, entry, turn or summary, not {kind!r}")
     try:
         row_id = int(ident)
     except ValueError:

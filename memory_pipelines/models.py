@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -29,6 +31,9 @@ class QuarantineReason(StrEnum):
 
 # what unified search can be narrowed to
 SEARCH_SCOPES = ("all", "facts", "raw", "sketches", "knowledge")
+# what an agent reads of one search by default: about 1,500 tokens, the range memory services
+# serve (about 1,800 tokens for mem0, 3,900 for Zep)
+DEFAULT_BUDGET_CHARS = 6000
 # why a row left its table for memory_archive (the table's CHECK constraint holds the same)
 ARCHIVE_REASONS = ("decayed", "expired", "ttl", "pii_retention", "merged_with")
 
@@ -212,3 +217,25 @@ class NoiseVerdict:
     noise: bool
     confidence: float
     reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    """One unit of the turn-level index: a message as search reads it (memory_pipelines.turns)."""
+
+    session_id: str
+    seq: int
+    user_id: str
+    pos: int  # order among the session's turns
+    role: str
+    ts: datetime
+    language: str  # text search configuration
+    body: str
+    keys: tuple[str, ...]
+    window_hash: str  # of the text its embedding is made of
+
+    @property
+    def content_hash(self) -> str:
+        parts = [self.user_id, self.pos, self.role, self.ts.isoformat(), self.language, self.body, list(self.keys)]
+        return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+

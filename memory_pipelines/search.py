@@ -10,7 +10,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 import psycopg
@@ -20,7 +20,11 @@ from psycopg.rows import dict_row
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder, EmbeddingError
 from memory_pipelines.knowledge import Triple, superseded_by
-from memory_pipelines.models import SEARCH_SCOPES
+from memory_pipelines.models import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
+from memory_pipelines.passages import (
+    AFTER, BEFORE, Budget, Passage, Turn, TurnSearch, fill_passages, search_passages,
+)
+from memory_pipelines.timeexpr import TimeRange, time_range
 from memory_pipelines.rules.text import ALL_STOPWORDS, content_words
 
 log = logging.getLogger(__name__)
@@ -76,6 +80,34 @@ class MemoryHit:
     superseded_by: str | None = None
     before_summary: bool = False
     context: tuple[dict, ...] = ()
+    # a passage (raw hit of the turn index): its turns, first time, roles, the turn that
+    # matched best and the query lexemes it holds
+    turns: tuple[Turn, ...] = ()
+    started_at: datetime | None = None
+    roles: tuple[str, ...] = ()
+    best_seq: int | None = None
+    terms: tuple[str, ...] = ()
+
+    def as_passage(self) -> Passage:
+        return Passage(self.user_id or "", self.session_id or "", self.turns, self.best_seq, self.score,
+                       self.terms, self.similarity)
+
+
+def passage_hit(passage: Passage) -> MemoryHit:
+    return MemoryHit("raw", passage.text, passage.session_id, passage.ended_at, passage.score,
+                     user_id=passage.user_id, start_seq=passage.start_seq, end_seq=passage.end_seq,
+                     similarity=passage.similarity, matched_terms=len(passage.terms), turns=passage.turns,
+                     started_at=passage.started_at, roles=passage.roles, best_seq=passage.best_seq,
+                     terms=passage.terms)
+
+
+@dataclass(frozen=True)
+class ServedMemory:
+    """What one search served within its budget."""
+    hits: tuple[MemoryHit, ...]
+    budget: Budget
+    time_range: TimeRange | None  # the time the question named, which passages were kept to
+    left_out: int  # hits found that did not fit the budget
 
 
 @dataclass(frozen=True)
@@ -280,6 +312,36 @@ class MemorySearch:
                          user_id=row["user_id"], start_seq=row["start_seq"], end_seq=row["end_seq"],
                          breadcrumbs=tuple(row["breadcrumbs"]), similarity=similarity, matched_terms=matched)
 
+    def search_passages(self, text: str, user_id: str | None, session_id: str | None = None, limit: int = 5,
+                        how: TurnSearch = TurnSearch(), since: datetime | None = None,
+                        until: datetime | None = None,
+                        prefer: tuple[datetime, datetime] | None = None) -> list[MemoryHit]:
+        """Passages of the turn index, best first (memory_pipelines.passages): BM25 and the
+        turn embeddings fused, best turns widened with their neighbours, adjacent ones merged."""
+        scope = self._scope(user_id)
+        text = text[:MAX_QUERY_CHARS].replace("\x00", " ")  # PostgreSQL text cannot hold NUL
+        vector = self._vector(text, user_id) if how.signal != "text" else None
+        passages = search_passages(self.conn, text, user_id=user_id, all_users=scope["all_users"], vector=vector,
+                                   model=self.embedder.model_id if vector is not None else None, limit=limit,
+                                   how=how, session_id=session_id, since=since, until=until, prefer=prefer)
+        return [passage_hit(p) for p in passages]
+
+    def matching_window(self, hit: MemoryHit, text: str) -> MemoryHit:
+        """A chunk hit as the window of its turns that matches: the turn sharing the most
+        query terms (the first of equals), 2 before and 1 after, never the chunk's first
+        characters. The chunk's id stays (the recall ledger counts chunks)."""
+        rows = self._rows("chunk_turns", {"session_id": hit.session_id, "user_id": hit.user_id,
+                                          "first": hit.start_seq, "last": hit.end_seq})
+        if not rows:
+            return hit
+        terms = query_terms(text)
+        best = max(range(len(rows)), key=lambda i: (_terms_hit(rows[i]["body"], terms), -i))
+        turns = tuple(Turn(r["id"], r["session_id"], r["seq"], r["pos"], r["role"], r["ts"], r["body"])
+                      for r in rows[max(0, best - BEFORE):best + AFTER + 1])
+        return replace(hit, text="\n".join(t.line for t in turns), start_seq=turns[0].seq, end_seq=turns[-1].seq,
+                       turns=turns, started_at=turns[0].ts, timestamp=turns[-1].ts,
+                       roles=tuple(dict.fromkeys(t.role for t in turns)), best_seq=rows[best]["seq"])
+
     def search_archive(self, text: str, user_id: str | None, limit: int = 8) -> list[MemoryHit]:
         """Keyword search over every archived message, widened to its neighbours."""
         terms = query_terms(text)
@@ -397,37 +459,79 @@ class UnifiedMemorySearch(MemorySearch):
 
     def search(self, text: str, scope: str = "all", k: int = 5, user_id: str | None = None,
                session_id: str | None = None, current_session_id: str | None = None,
-               summary_at: datetime | None = None) -> list[MemoryHit]:
+               summary_at: datetime | None = None, budget_chars: int | None = DEFAULT_BUDGET_CHARS,
+               budget_tokens: int | None = None, now: datetime | None = None) -> list[MemoryHit]:
+        """The hits `serve` gives, in tier order."""
+        return list(self.serve(text, scope, k, user_id, session_id, current_session_id, summary_at,
+                               budget_chars=budget_chars, budget_tokens=budget_tokens, now=now).hits)
+
+    def serve(self, text: str, scope: str = "all", k: int = 5, user_id: str | None = None,
+              session_id: str | None = None, current_session_id: str | None = None,
+              summary_at: datetime | None = None, *, budget_chars: int | None = DEFAULT_BUDGET_CHARS,
+              budget_tokens: int | None = None, now: datetime | None = None) -> ServedMemory:
+        """Every store in tiers, within a budget: facts, then passages, then sketches, then
+        knowledge entries take from it in that order (`k` caps each store) until it is
+        spent; a passage that does not fit whole is trimmed around its best turn
+        (`passages.fill_passages`). The budget is in characters (default 6,000) or, given,
+        in tokens (estimated as llm_calls estimates them); None for both: no limit. Turns
+        of a time the question names ("in May", "last week", relative to `now`, default the
+        user's newest turn) rank higher (`passages.TIME_BOOST`); passages of other times
+        still come after them (keeping only that time measured worse: the answer to "where
+        did I live in March" may lie in June)."""
         if scope not in SCOPES:
             raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
         k = max(1, min(20, int(k)))
+        budget = Budget(budget_tokens, "tokens") if budget_tokens is not None else Budget(budget_chars)
         plans: dict[str, Plan] = {}  # in tier order; every store's statements in one round trip
         if scope in ("all", "facts"):
             plans["facts"] = self._facts(text, user_id, k)
-        if scope in ("all", "raw"):
-            plans["raw"] = self._chunks(text, user_id, session_id, k, "hybrid")
         if scope in ("all", "sketches"):
             plans["sketches"] = self._sketches(text, user_id, session_id, current_session_id, k)
         if scope in ("all", "knowledge"):
             plans["knowledge"] = self._knowledge(text, user_id, current_session_id, None, k, None, None)
         found = dict(zip(plans, self._resolve(*plans.values())))
-        if "raw" in found:
-            raw = found["raw"]
-            if len(raw) < k:  # what chunks do not hold yet: the archive
-                covered = {(h.session_id, s) for h in raw for s in range(h.start_seq, h.end_seq + 1)}
-                raw += [h for h in self.search_archive(text, user_id, limit=k)
-                        if (h.session_id, h.start_seq) not in covered][: k - len(raw)]
+        named = None
+        if scope in ("all", "raw"):
+            named = self.named_time(text, user_id, now)
+            raw = self.search_passages(text, user_id, session_id, k,
+                                       prefer=(named.since, named.until) if named else None)
             found["raw"] = self.mark_freshness(raw, user_id, current_session_id, summary_at)
-        hits = [hit for tier in found.values() for hit in tier]
-        self._count_access(hits)
-        return hits
+        served, left_out = [], 0
+        for tier in ("facts", "raw", "sketches", "knowledge"):
+            hits = found.get(tier, [])
+            if tier == "raw":
+                packed = {(p.session_id, p.best_seq): p for p in fill_passages([h.as_passage() for h in hits], budget)}
+                kept = [(h, packed.get((h.session_id, h.best_seq))) for h in hits]
+                served += [replace(h, text=p.text, turns=p.turns, start_seq=p.start_seq, end_seq=p.end_seq,
+                                   started_at=p.started_at, timestamp=p.ended_at, roles=p.roles)
+                           for h, p in kept if p is not None]
+                left_out += sum(p is None for _, p in kept)
+                continue
+            for hit in hits:
+                if budget.take(hit.text):
+                    served.append(hit)
+                else:
+                    left_out += 1
+        self._count_access(served)
+        return ServedMemory(tuple(served), budget, named, left_out)
+
+    def named_time(self, text: str, user_id: str | None, now: datetime | None) -> TimeRange | None:
+        """The time the question names, relative to `now` (default: the user's newest turn)."""
+        if time_range(text, now or datetime.now().astimezone()) is None:
+            return None  # it names none: no need to ask when the user last spoke
+        if now is None:
+            now = self.conn.execute(query("newest_turn"), self._scope(user_id)).fetchone()[0]
+        return time_range(text, now) if now is not None else None
 
     def _count_access(self, hits: Sequence[MemoryHit]) -> None:
         """Every hit counts as an access: decay gives often-used memories a boost."""
-        for source, name in (("fact", "count_fact_access"), ("knowledge", "count_knowledge_access")):
-            ids = [h.id for h in hits if h.source_type == source]
-            if ids:
-                self.conn.execute(query(name), {"ids": ids})
+        statements = [(name, {"ids": ids}) for source, name in (("fact", "count_fact_access"),
+                                                                   ("knowledge", "count_knowledge_access"))
+                      if (ids := [h.id for h in hits if h.source_type == source])]
+        if statements:
+            with self.conn.pipeline():  # one round trip
+                for name, params in statements:
+                    self.conn.execute(query(name), params)
 
     def mark_freshness(self, raw: list[MemoryHit], user_id: str | None, current_session_id: str | None = None,
                        summary_at: datetime | None = None) -> list[MemoryHit]:
@@ -436,8 +540,10 @@ class UnifiedMemorySearch(MemorySearch):
         `before_summary`. Both are still returned, labelled."""
         if not raw:
             return raw
+        oldest = min((h.timestamp for h in raw if h.timestamp is not None), default=None)
         facts, summaries = self._fetch([
-            ("newer_facts_for_users", {"user_ids": sorted({h.user_id for h in raw if h.user_id})}),
+            ("newer_facts_for_users", {"user_ids": sorted({h.user_id for h in raw if h.user_id}),
+                                       "since": oldest or datetime.max.replace(tzinfo=UTC)}),
             ("summary_cursors", {"session_ids": sorted({h.session_id for h in raw})})])
         fact_words = [(f, content_words(f"{f['key'].replace('_', ' ')} {f['value']}")) for f in facts]
         cursors = {r["session_id"]: r["cursor_ts"] for r in summaries}
@@ -461,10 +567,16 @@ def _when(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M") if moment else "unknown time"
 
 
+def _span(first: datetime | None, last: datetime | None) -> str:
+    if first is None or last is None or first.date() != last.date():
+        return f"{_when(first)} – {_when(last)}"
+    return f"{_when(first)}–{last:%H:%M}"
+
+
 def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars: int = 600) -> str:
     """The memory_search tool output, in the navi shape. Each hit names its row as
-    `memory-pipelines lineage` takes it (fact #12 -> `lineage fact 12`, chunk, entry); a raw
-    excerpt read from the message archive is `message`, its session and turn."""
+    `memory-pipelines lineage` takes it (fact #12 -> `lineage fact 12`, chunk, entry, a
+    passage's best turn); a raw excerpt read from the message archive is `message`."""
     lines = [f'memory_search "{text}" (scope={scope}): {len(hits)} hit(s)']
     for number, hit in enumerate(hits, start=1):
         lines.append("")
@@ -472,6 +584,17 @@ def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars:
             lines.append(f"{number}. fact #{hit.id} [{hit.category}] · session {hit.session_id} · "
                          f"updated {_when(hit.timestamp)}")
             lines.append(f"   {hit.text}")
+        elif hit.source_type == "raw" and hit.turns:
+            best = next((t.id for t in hit.turns if t.seq == hit.best_seq), hit.turns[0].id)
+            lines.append(f"{number}. passage · turn #{best} · session {hit.session_id} · turns {hit.start_seq}–"
+                         f"{hit.end_seq} · {_span(hit.started_at, hit.timestamp)} · {', '.join(hit.roles)}")
+            why = [f"matched: {', '.join(hit.terms)}"] if hit.terms else []
+            why += [f"similarity {hit.similarity:.2f}"] if hit.similarity is not None else []
+            if why:
+                lines.append(f"   {' · '.join(why)}")
+            if hit.superseded_by:
+                lines.append(f"   ⚠ outdated: a newer curated fact overrides this ({hit.superseded_by})")
+            lines.extend(f"   {line}" for line in hit.text.splitlines())
         elif hit.source_type == "raw":
             row = f"chunk #{hit.id}" if hit.id is not None else "message"
             lines.append(f"{number}. raw {row} · session {hit.session_id} · turn {hit.start_seq}–{hit.end_seq} · "
@@ -497,6 +620,20 @@ def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars:
     return "\n".join(lines)
 
 
+def format_served(text: str, scope: str, served: ServedMemory) -> str:
+    """`format_hits` of what a search served, with what it spent of its budget (the hits'
+    text, as an agent reads it: the numbered header lines are not counted) and the time the
+    question named."""
+    budget = served.budget
+    unit = "characters" if budget.unit == "chars" else "tokens (estimated)"
+    spent = f"{budget.used} of {budget.limit}" if budget.limit is not None else f"{budget.used} (no budget)"
+    tail = [f"{unit} used: {spent}" + (f"; {served.left_out} more hit(s) did not fit" if served.left_out else "")]
+    if served.time_range is not None:
+        tail.append(f"time named: {served.time_range.phrase!r} = {served.time_range.since:%Y-%m-%d} .. "
+                    f"{served.time_range.until:%Y-%m-%d} (its passages first)")
+    return "\n".join([format_hits(text, scope, served.hits), "", *tail])
+
+
 def recall(conn: psycopg.Connection, embedder: Embedder | None, session_id: str, recent_messages: Sequence[dict],
            incoming: str, k: int = 2) -> list[MemoryHit]:
     """Automatic recall: up to `k` raw excerpts for the next turn, only once the session has
@@ -519,7 +656,7 @@ def recall(conn: psycopg.Connection, embedder: Embedder | None, session_id: str,
     for hit in picked:
         conn.execute(query("record_recall"), {"session_id": session_id, "chunk_id": hit.id})
     conn.execute(query("trim_recall_ledger"), {"session_id": session_id, "keep": RECALL_LEDGER_SIZE})
-    return picked
+    return [search.matching_window(hit, text) for hit in picked]
 
 
 def write_sketch(conn: psycopg.Connection, user_id: str, session_id: str, section: str, key: str, value: str, *,

@@ -95,3 +95,48 @@ def _isolated_state(tmp_path_factory, monkeypatch):
     # torch takes seconds less. The local embedder's own tests, and the README's default run,
     # unset it.
     monkeypatch.setenv("MEMORY_EMBED_BACKEND", "hashing")
+
+
+SAMPLE_DB = "mp_sample"
+
+
+@pytest.fixture(scope="session")
+def sample_template(pg_admin_url) -> str:
+    """The bundled sample distilled once per worker (every asset, every day, the default test
+    resources), for tests that read a distilled sample to clone instead of building their own."""
+    from assets.definitions import all_assets
+    from memory_pipelines.config import SAMPLE_TRANSCRIPTS
+    from tests.helpers import SAMPLE_DAYS, materialize_partitions
+
+    _admin(pg_admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", SAMPLE_DB)
+    _admin(pg_admin_url, "CREATE DATABASE {} TEMPLATE {}", SAMPLE_DB, TEMPLATE_DB)
+    materialize_partitions(all_assets, SAMPLE_DAYS, with_database(pg_admin_url, SAMPLE_DB), SAMPLE_TRANSCRIPTS)
+    close_pools()  # a template database takes no connections
+    return SAMPLE_DB
+
+
+def _clones(admin_url: str, template: str):
+    names = []
+
+    def make() -> str:
+        name = "s_" + uuid.uuid4().hex[:16]
+        _admin(admin_url, "CREATE DATABASE {} TEMPLATE {}", name, template)
+        names.append(name)
+        return with_database(admin_url, name)
+
+    yield make
+    close_pools()
+    for name in names:
+        _admin(admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
+
+
+@pytest.fixture
+def make_sample_database(pg_admin_url, sample_template):
+    """Creates copies of the distilled sample; dropped after the test."""
+    yield from _clones(pg_admin_url, sample_template)
+
+
+@pytest.fixture(scope="module")
+def make_module_sample_database(pg_admin_url, sample_template):
+    """make_sample_database for module-scoped fixtures."""
+    yield from _clones(pg_admin_url, sample_template)

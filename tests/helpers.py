@@ -167,3 +167,7 @@ def partial_writes(url: str) -> dict[str, list[tuple]]:
     with psycopg.connect(url) as conn:
         found = {name: conn.execute(statement).fetchall() for name, statement in PARTIAL_WRITES.items()}
     return {name: rows for name, rows in found.items() if rows}
+
+
+# The bundled sample's days (what the sample template in conftest.py is distilled over).
+SAMPLE_DAYS = [f"2026-10-{day:02}" for day in range(1, 15)]

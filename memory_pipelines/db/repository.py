@@ -19,7 +19,7 @@ from memory_pipelines.db.queries import query
 from memory_pipelines.facts import FactCandidate, Rejection
 from memory_pipelines.knowledge import FUNCTIONAL_RELATIONS, EntryCandidate, RelationCandidate
 from memory_pipelines.llm.backends import ModelCall
-from memory_pipelines.models import Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow
+from memory_pipelines.models import Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow
 from memory_pipelines.segments import SessionJudgement
 from memory_pipelines.summaries import StoredVersion, SummaryState, SummaryVersion
 
@@ -481,3 +481,27 @@ def forge_relations(conn: psycopg.Connection, user_id: str, relations: Sequence[
 
 def forgotten_for(conn: psycopg.Connection, user_ids: Sequence[str]) -> frozenset[tuple[str, str]]:
     return frozenset(tuple(r) for r in conn.execute(query("forgotten_for"), {"user_ids": list(user_ids)}))
+
+
+# --- turns -------------------------------------------------------------------------------
+
+def store_turns(conn: psycopg.Connection, session_id: str, rows: Sequence[TurnRow], run_id: str) -> tuple[int, int]:
+    """A session's turns as `rows` say (unchanged ones untouched); returns (written, removed)."""
+    written = 0
+    if rows:
+        with conn.cursor() as cur:
+            cur.executemany(query("upsert_turn"), [
+                {**asdict(r), "keys": list(r.keys), "content_hash": r.content_hash, "run_id": run_id}
+                for r in rows])
+            written = cur.rowcount
+    removed = conn.execute(query("delete_turns_except"),
+                           {"session_id": session_id, "seqs": [r.seq for r in rows]}).rowcount
+    return written, removed
+
+
+def refresh_turn_stats(conn: psycopg.Connection, user_ids: Sequence[str]) -> None:
+    """BM25's corpus statistics of these users, counted again from their turns."""
+    if user_ids:
+        conn.execute(query("delete_turn_stats"), {"user_ids": list(user_ids)})
+        conn.execute(query("insert_turn_stats"), {"user_ids": list(user_ids)})
+

@@ -111,3 +111,46 @@ JOIN memory_chunks c ON c.session_id = s.session_id AND c.user_id = s.user_id
 WHERE s.user_id = %(user_id)s
   AND EXISTS (SELECT 1 FROM unnest(%(terms)s::text[]) t WHERE strpos(lower(e.entries), t) > 0)
 ORDER BY c.ended_at DESC, c.id;
+
+-- name: bench_turn_lengths
+-- What each turn of these sessions reads as (its role and body), for reading a chunk turn by turn.
+SELECT session_id, seq, initcap(role), body FROM memory_turns WHERE session_id = ANY(%(session_ids)s);
+
+-- name: bench_meta_turn_columns
+ALTER TABLE bench_search_meta ADD COLUMN IF NOT EXISTS turn_load_seconds real,
+                              ADD COLUMN IF NOT EXISTS turn_index_seconds real;
+
+-- name: bench_meta_turn_build
+UPDATE bench_search_meta SET turn_load_seconds = %(load)s, turn_index_seconds = %(index)s;
+
+-- name: bench_meta_turn_build_read
+SELECT turn_load_seconds, turn_index_seconds FROM bench_search_meta;
+
+-- name: bench_create_turn_load
+CREATE TEMP TABLE IF NOT EXISTS bench_turn_load (
+    session_id text, seq bigint, user_id text, pos integer, role text, ts timestamptz, body text,
+    embedding vector, embedding_model text
+) ON COMMIT DELETE ROWS;
+
+-- name: bench_copy_turn_load
+COPY bench_turn_load (session_id, seq, user_id, pos, role, ts, body, embedding, embedding_model)
+FROM STDIN WITH (FORMAT BINARY);
+
+-- name: bench_insert_turns
+-- The staged turns, indexed by the functions the pipeline's own rows are (migration 0013).
+INSERT INTO memory_turns (session_id, seq, user_id, pos, role, ts, language, body, keys, tsv, body_length,
+                          content_hash, window_hash, embedding, embedding_model, partition_key, run_id)
+SELECT session_id, seq, user_id, pos, role, ts, 'english', body, '{}', memory_turn_tsv('english', body, '{}', user_id),
+       memory_turn_length('english', body), md5(body), md5(body), embedding::halfvec, embedding_model,
+       to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD'), 'bench'
+FROM bench_turn_load;
+
+-- name: bench_turn_stats
+INSERT INTO memory_turn_stats (user_id, language, turns, total_length)
+SELECT user_id, language, count(*), sum(body_length) FROM memory_turns GROUP BY user_id, language;
+
+-- name: bench_turn_sizes
+SELECT pg_table_size('memory_turns'), pg_indexes_size('memory_turns');
+
+-- name: bench_turns_by_id
+SELECT id, user_id, body FROM memory_turns WHERE id = ANY(%(ids)s);

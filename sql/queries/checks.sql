@@ -152,7 +152,22 @@ FROM (SELECT 'memory_facts' AS source_table, id, embedding_model, vector_dims(em
       UNION ALL
       SELECT 'knowledge_entries', id, embedding_model, vector_dims(embedding)
       FROM knowledge_entries
-      WHERE partition_key = ANY(%(partition_keys)s) OR id = ANY(%(knowledge_entries)s)) r;
+      WHERE partition_key = ANY(%(partition_keys)s) OR id = ANY(%(knowledge_entries)s)
+      UNION ALL
+      SELECT 'memory_turns', id, embedding_model, vector_dims(embedding)
+      FROM memory_turns
+      WHERE partition_key = ANY(%(partition_keys)s) OR id = ANY(%(memory_turns)s)) r;
+
+-- name: turn_check_rows
+-- The turns of the sessions a run indexed, next to the messages they stand for.
+SELECT t.session_id, t.seq, t.role, t.language,
+       coalesce(t.user_id = s.user_id, false) AS session_user,
+       m.seq IS NOT NULL AND m.role = t.role AS has_message,
+       count(*) OVER (PARTITION BY t.session_id, t.pos) = 1 AS pos_unique
+FROM memory_turns t
+LEFT JOIN sessions s ON s.session_id = t.session_id
+LEFT JOIN messages m ON m.session_id = t.session_id AND m.seq = t.seq
+WHERE t.session_id = ANY(%(session_ids)s);
 
 -- name: archive_check_rows
 SELECT a.source_table, a.source_id, a.reason,

@@ -135,6 +135,10 @@ DELETE FROM memory_summary WHERE user_id = %(user_id)s;
 DELETE FROM session_memory_state WHERE session_id = ANY(%(session_ids)s);
 -- name: forget_memory_chunks
 DELETE FROM memory_chunks WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
+-- name: forget_memory_turns
+DELETE FROM memory_turns WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
+-- name: forget_memory_turn_stats
+DELETE FROM memory_turn_stats WHERE user_id = %(user_id)s;
 -- name: forget_sketches
 DELETE FROM sketches WHERE user_id = %(user_id)s AND (%(whole_user)s OR session_id = ANY(%(session_ids)s));
 -- name: forget_recall_ledger

@@ -16,6 +16,11 @@ SELECT id, user_id, kind, title, content, version, scope, session_id, seq_start,
        model, prompt_version, entry_key
 FROM knowledge_entries WHERE id = %(id)s;
 
+-- name: lineage_turn
+SELECT id, user_id, session_id, seq AS seq_start, seq AS seq_end, pos, role, ts, language, keys, partition_key,
+       run_id, embedding_model
+FROM memory_turns WHERE id = %(id)s;
+
 -- name: lineage_entry_versions
 SELECT observed_at, session_id, seq_start, seq_end, left(content, 120) AS content, run_id
 FROM knowledge_entry_versions WHERE entry_key = %(entry_key)s ORDER BY observed_at;

@@ -18,6 +18,15 @@ FROM knowledge_entries
 WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
 ORDER BY id LIMIT %(limit)s;
 
+-- name: turns_needing_embedding
+-- A turn is embedded read with its neighbours (memory_pipelines.turns.window_text).
+SELECT t.id, concat_ws(E'\n', right(p.body, 600), left(t.body, 1600), left(n.body, 600)), t.embedding IS NOT NULL
+FROM memory_turns t
+LEFT JOIN memory_turns p ON p.session_id = t.session_id AND p.pos = t.pos - 1
+LEFT JOIN memory_turns n ON n.session_id = t.session_id AND n.pos = t.pos + 1
+WHERE (t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s) AND t.id > %(after)s
+ORDER BY t.id LIMIT %(limit)s;
+
 -- name: create_embedding_load
 CREATE TEMP TABLE IF NOT EXISTS embedding_load (id bigint PRIMARY KEY, embedding vector) ON COMMIT DROP;
 
@@ -106,8 +115,9 @@ WHERE session_id = %(session_id)s AND user_id = %(user_id)s AND seq BETWEEN %(fi
 ORDER BY seq;
 
 -- name: newer_facts_for_users
+-- The facts that could supersede an excerpt: the users', seen after the oldest excerpt.
 SELECT user_id, category, key, value, last_verified_at FROM memory_facts
-WHERE merged_into IS NULL AND user_id = ANY(%(user_ids)s)
+WHERE merged_into IS NULL AND user_id = ANY(%(user_ids)s) AND last_verified_at > %(since)s
 ORDER BY user_id, category, key;
 
 -- name: summary_cursors
@@ -207,6 +217,9 @@ SELECT DISTINCT embedding_model FROM (
     UNION ALL
     (SELECT embedding_model FROM knowledge_entries
      WHERE (%(all_users)s OR user_id = %(user_id)s) AND embedding_model <> %(model)s LIMIT 1)
+    UNION ALL
+    (SELECT embedding_model FROM memory_turns
+     WHERE (%(all_users)s OR user_id = %(user_id)s) AND embedding_model <> %(model)s LIMIT 1)
 ) AS found ORDER BY 1;
 
 -- name: embedding_model_counts
@@ -216,4 +229,6 @@ UNION ALL
 SELECT 'memory_chunks', embedding_model, count(*) FROM memory_chunks GROUP BY 2
 UNION ALL
 SELECT 'knowledge_entries', embedding_model, count(*) FROM knowledge_entries GROUP BY 2
+UNION ALL
+SELECT 'memory_turns', embedding_model, count(*) FROM memory_turns GROUP BY 2
 ORDER BY 1, 2 NULLS LAST;

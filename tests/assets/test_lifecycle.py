@@ -117,9 +117,8 @@ def test_scope_global_ttl_consent_and_pii(database_url, tmp_path):
         assert not (tmp_path.parent / "escape").exists()
 
 
-def test_graph_hops_validity_and_contradiction(database_url):
-    materialize_partitions(all_assets, DAYS, database_url, SAMPLE_TRANSCRIPTS)
-    with psycopg.connect(database_url) as conn:
+def test_graph_hops_validity_and_contradiction(make_sample_database):
+    with psycopg.connect(make_sample_database()) as conn:
         ports = relations(conn, "bob", "ledger-api", "listens_on")
         assert [(t.object, t.valid_until is not None) for t in ports] == [("8080", True), ("9090", False)]
         assert ports[0].valid_until == ports[1].valid_from  # closed by the newer triple, not deleted
@@ -135,9 +134,8 @@ def test_graph_hops_validity_and_contradiction(database_url):
         assert around.get("Acme Corp") == 1
 
 
-def test_error_memory_and_ttl_renewal(database_url):
-    materialize_partitions(all_assets, DAYS, database_url, SAMPLE_TRANSCRIPTS)
-    with psycopg.connect(database_url) as conn:
+def test_error_memory_and_ttl_renewal(make_sample_database):
+    with psycopg.connect(make_sample_database()) as conn:
         [(expires_before,)] = conn.execute(
             "SELECT expires_at FROM error_memory WHERE user_id = 'dmitri' AND error ILIKE '%httpx%'").fetchall()
         hits = MemorySearch(conn, EMBEDDER).search_errors("ModuleNotFoundError httpx", "dmitri")

@@ -27,22 +27,9 @@ USERS = ["alice", "bob", "carol", "dmitri", "emi", "fatima", "wei"]
 
 
 @pytest.fixture(scope="module")
-def sample_url(pg_admin_url, tmp_path_factory):
-    """The whole sample, materialized once for the module's read-only tests."""
-    from tests.conftest import TEMPLATE_DB, _admin
-    from tests.helpers import with_database
-
-    name = "search_sample"
-    _admin(pg_admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
-    _admin(pg_admin_url, "CREATE DATABASE {} TEMPLATE {}", name, TEMPLATE_DB)
-    url = with_database(pg_admin_url, name)
-    materialize_partitions(all_assets, DAYS, url, SAMPLE_TRANSCRIPTS,
-                           resources={**pipeline_resources(url, SAMPLE_TRANSCRIPTS), "embedder": EmbedderResource()})
-    yield url
-    from memory_pipelines.db.connection import close_pools
-
-    close_pools()
-    _admin(pg_admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
+def sample_url(make_module_sample_database):
+    """The whole sample, distilled, for the module's read-only tests."""
+    return make_module_sample_database()
 
 
 @pytest.fixture

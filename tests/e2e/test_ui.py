@@ -21,9 +21,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from assets.definitions import all_assets
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from tests.helpers import ENTRY, content_fingerprints, free_port, materialize_partitions
+from tests.helpers import ENTRY, content_fingerprints, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"  # git-ignored: the screenshot stays there for a human after a run
@@ -147,16 +146,14 @@ def _wait_for_backfill(ui: Ui, backfill_id: str, seconds: float) -> dict:
 
 
 @pytest.mark.slow
-def test_a_backfill_launched_through_the_webserver_gives_the_in_order_tables(ui, make_database):
+def test_a_backfill_launched_through_the_webserver_gives_the_in_order_tables(ui, make_sample_database):
     keys = [node["assetKey"] for node in ui.graphql(ASSET_NODES)["assetNodes"]]
     # What the UI's "Materialize all" sends for a range of partitions of an asset graph.
     params = {"assetSelection": keys, "partitionNames": DAYS, "fromFailure": False, "tags": []}
     launched = ui.graphql(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
 
-    # Built while the daemon, which looks at backfills every 30 s, gets to it.
-    in_order = make_database()
-    materialize_partitions(all_assets, DAYS, in_order, SAMPLE_TRANSCRIPTS)
+    in_order = make_sample_database()  # the sample distilled in order, day by day
 
     backfill = _wait_for_backfill(ui, launched["backfillId"], seconds=360)
     assert backfill.get("status") == "COMPLETED_SUCCESS", f"{backfill}\n{ui.log_tail()}"

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from assets.benchmarks import run_distill_benchmark
-from memory_pipelines.bench import distill_markdown
+from memory_pipelines.bench import BUDGETS, EVIDENCE_ROWS, distill_markdown
+from memory_pipelines.evidence_set import CATEGORIES
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from tests.integration.test_cli import cli
 
@@ -36,3 +39,19 @@ def test_bench_cost_counts_the_calls_a_model_would_get(database_url):
     assert figures["model_calls"] == sum(calls.values()) > 0
     assert figures["calls_per_1000_messages"] == 1000 * figures["model_calls"] / figures["messages"]
     assert all(figures["tokens_by_purpose"][p] > 0 for p in calls)
+
+
+@pytest.mark.slow
+def test_bench_retrieval_scores_every_row_and_category_and_reuses_its_database(database_url):
+    done = cli("bench", "retrieval", "--users", "1", "--json", timeout=600)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["questions"] == sum(figures["by_category"].values()) > 25
+    rows = {(r["row"], r["category"]): r for r in figures["rows"]}
+    assert {row for row, _ in rows} == set(EVIDENCE_ROWS)
+    assert {category for _, category in rows} == {"all", *CATEGORIES}
+    for r in rows.values():
+        assert all(0 <= r["recall_at_budget"][str(b)] <= 1 for b in BUDGETS)
+        assert 0 <= r["ndcg_at_k"] <= 1 and 0 < r["p50_ms"] <= r["p95_ms"]
+    assert rows[("fused, score fusion", "all")]["recall_at_budget"]["7200"] > 0.5
+    assert "reusing memory_bench_evidence_u1_s0" in cli("bench", "retrieval", "--users", "1", timeout=600).stderr

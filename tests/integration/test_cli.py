@@ -123,7 +123,7 @@ def test_embedded_default_run_then_psql_then_rerun_identical(tmp_path):
         assert hits[0].startswith("1. knowledge entry #") and "9090" in hits[0] and "outdated" not in hits[0], hits
         [old] = [h for h in hits if "Do: let's run ledger-api on port 8080" in h]
         assert "⚠ outdated: a newer statement overrides this (ledger-api listens_on 9090)" in old
-        bench = cli("bench", "retrieval", "--json", env=env)
+        bench = cli("bench", "retrieval", "--needles", "--json", env=env)
         assert bench.returncode == 0, bench.stderr
         modes = {m["mode"]: m for m in json.loads(bench.stdout)["modes"]}
         assert set(modes) == {"vector", "text", "hybrid", "tiered", "unified", "text - breadcrumbs",

@@ -102,7 +102,7 @@ def test_search_with_sql_looking_or_huge_arguments_stays_inside_one_user(url, en
     before = rows_by_owner(url)
     found = cli("search", LONG_QUERY, "--user", "a%b", "--k", "20", "--json", env=env)
     assert found.returncode == 0, found.stderr
-    hits = json.loads(found.stdout)
+    hits = json.loads(found.stdout)["hits"]
     assert hits and {h["user_id"] for h in hits} == {"a%b"}
     after = rows_by_owner(url)
     # a hit counts as an access on the user's own facts and entries; nobody else's rows change

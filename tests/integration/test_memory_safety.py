@@ -37,11 +37,9 @@ def one_error_line(result) -> str:
 
 
 @pytest.fixture(scope="module")
-def sampled(make_module_database) -> str:
-    """The whole sample, distilled once, for the tests that read it or refuse to change it."""
-    url = make_module_database()
-    materialize_partitions(all_assets, [f"2026-10-{d:02}" for d in range(1, 15)], url, SAMPLE_TRANSCRIPTS)
-    return url
+def sampled(make_module_sample_database) -> str:
+    """The whole sample, distilled, for the tests that read it or refuse to change it."""
+    return make_module_sample_database()
 
 
 @pytest.fixture
@@ -184,8 +182,10 @@ def test_unknown_users_sessions_and_scopes_are_said_and_search_shows_ids(env):
     assert "invalid choice: 'everything' (choose from 'all', 'facts', 'raw', 'sketches', 'knowledge')" in scope.stderr
     found = cli("search", "ledger-api port", "--user", "bob", env=env)
     assert found.returncode == 0, found.stderr
-    ids = [line.split(" · ")[0] for line in found.stdout.splitlines() if line[:2].rstrip(".").isdigit()]
-    assert ids and all("#" in header or "raw message" in header for header in ids), ids
+    ids = [line for line in found.stdout.splitlines() if line[:2].rstrip(".").isdigit()]
+    assert ids and all("#" in header.split(" · session")[0] for header in ids), ids
+    turn = next(h for h in ids if ". passage" in h).split("#")[1].split()[0]
+    assert cli("lineage", "turn", turn, env=env).returncode == 0
     fact = next(h for h in ids if ". fact #" in h).split("#")[1].split()[0]
     shown = cli("lineage", "fact", fact, env=env)
     assert shown.returncode == 0 and "s-bob-" in shown.stdout
@@ -219,7 +219,8 @@ def test_archive_lists_and_restores_in_bulk_by_run_dry_run_first(database_url, t
     folder = tmp_path / "t"
     shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder)
     eager = {**os.environ, "MEMORY_DECAY_MIN_AGE_DAYS": "1"}  # old enough after a day: something decays
-    assert cli("run", "--transcripts", str(folder), env=eager).returncode == 0
+    days = ("--start", "2026-10-01", "--end", "2026-10-04")  # bob's first three sessions
+    assert cli("run", "--transcripts", str(folder), *days, env=eager).returncode == 0
     listed = cli("archive", "list", "--reason", "decayed", "--json")
     rows = json.loads(listed.stdout)
     assert rows and {r["reason"] for r in rows} == {"decayed"} and all(r["run_id"] for r in rows)
@@ -240,7 +241,7 @@ def test_archive_lists_and_restores_in_bulk_by_run_dry_run_first(database_url, t
         back = conn.execute("SELECT count(*) FROM knowledge_entries WHERE id = ANY(%s) AND last_accessed_at IS NOT NULL",
                             (ids,)).fetchone()[0]
     assert back == len(ids)  # brought back by hand: counted as used, so decay keeps them
-    assert cli("run", "--transcripts", str(folder), env=eager).returncode == 0
+    assert cli("run", "--transcripts", str(folder), *days, env=eager).returncode == 0
     assert count(database_url, "SELECT count(*) FROM knowledge_entries WHERE id = ANY(%s)", (ids,)) == len(ids)
     assert cli("archive", "restore", "999999", "--yes").returncode == 1
     assert cli("archive", "restore").returncode == 2  # nothing selected
@@ -270,3 +271,21 @@ def test_a_dagster_run_with_undated_records_quarantines_them_in_its_own_range(da
                                                                                              "malformed_json")]
     [mat] = result.asset_materializations_for_node("transcripts")
     assert (mat.metadata["read"].value, mat.metadata["quarantined"].value) == (1, 1)
+
+
+def test_search_serves_passages_within_the_budget_it_is_given(env):
+    shown = cli("search", "which port does ledger-api use now", "--user", "bob", "--budget", "1500", env=env)
+    assert shown.returncode == 0, shown.stderr
+    headers = [line for line in shown.stdout.splitlines() if ". passage · turn #" in line]
+    assert headers and all(" · session s-bob-" in h and " · turns " in h and "2026-10-" in h for h in headers)
+    [used] = [line for line in shown.stdout.splitlines() if line.startswith("characters used: ")]
+    spent = int(used.split()[2])
+    assert 0 < spent <= 1500 and used.startswith(f"characters used: {spent} of 1500")
+    served = json.loads(cli("search", "which port does ledger-api use now", "--user", "bob", "--budget", "1500",
+                            "--json", env=env).stdout)
+    assert served["budget"]["used"] == spent == sum(len(h["text"]) for h in served["hits"])
+    passages = [h for h in served["hits"] if h["turns"]]
+    assert passages and all(h["score"] > 0 and h["session_id"] and h["start_seq"] <= h["end_seq"] for h in passages)
+    tokens = json.loads(cli("search", "ledger-api port", "--user", "bob", "--budget-tokens", "100", "--json",
+                            env=env).stdout)
+    assert tokens["budget"]["unit"] == "tokens" and tokens["budget"]["used"] <= 100

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from memory_pipelines.bench_search import (
-    Latency, PathLatency, SearchBenchConfig, SearchBenchResult, WordModel, bulk_embedder, markdown,
+    Latency, PathLatency, SearchBenchConfig, SearchBenchResult, TurnIndexSize, WordModel, bulk_embedder, markdown,
 )
 from memory_pipelines.embed import EmbedConfig, build_embedder
 
@@ -50,9 +50,21 @@ def test_markdown_has_a_row_per_path_and_dashes_without_an_embedding():
     result = SearchBenchResult("memory_bench_search_u5_c300_f50_s0", True, 2.0, 5, 300, 50, 10, 0,
                                "hashing:hashing-v1:384", "18.3", one,
                                (PathLatency("search_chunks vector", one, one), PathLatency("search_chunks text", one, None)),
-                               1.0, 0.9, 1.0, (0.5, 0.75))
+                               1.0, 0.9, 0, None, 1.0, (0.5, 0.75))
     lines = markdown(result).splitlines()
     assert "| search_chunks vector | 1.00 | 2.00 | 3.00 | 1.00 | 2.00 | 3.00 |" in lines
     assert "| search_chunks text | 1.00 | 2.00 | 3.00 | – | – | – |" in lines
     assert lines[-2].endswith("chunks 1.000, facts 0.900")
     assert "load average 0.50 before, 0.75 after" in lines[-1]
+
+
+def test_markdown_of_the_turn_scale_reports_the_index_size_and_build():
+    one = Latency(1.0, 2.0, 3.0, 1.5, 4.0, 10)
+    result = SearchBenchResult("memory_bench_search_u5_c5_f50_t1000_s0", False, 9.0, 5, 5, 50, 10, 0,
+                               "hashing:hashing-v1:384", "18.3", one, (PathLatency("passages fused", one, one),),
+                               0.0, 1.0, 1000, TurnIndexSize(3 * 2**30, 2**30, 120.0, 40.0), 1.0, (0.5, 0.75))
+    text = markdown(result)
+    assert text.startswith("search latency: 1,000 turns, 5 chunks")
+    assert "turn index: table 3.00 GiB, indexes 1.00 GiB on disk; loaded and indexed in 120s, secondary indexes " \
+           "built in 40s" in text
+    assert "turns 1 (searched exactly), facts 1.000" in text

@@ -1,0 +1,119 @@
+"""The turn-level index (`memory_turns`): every user, assistant and tool message of the
+archive as a searchable unit, in its session's language, with the breadcrumbs and summary
+keys found in it as extra keys.
+
+Rows always describe a session as it is now (all its messages, its current summary and
+chunks), so indexing a session again, on any day and in any order, leaves the same rows.
+A turn's embedding is of the turn read with its neighbours; when a neighbour changes (the
+next message arrives), `window_hash` changes and the embedding is made again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from psycopg_pool import ConnectionPool
+
+from memory_pipelines.db import repository
+from memory_pipelines.db.queries import query
+from memory_pipelines.models import Message, TurnRow
+from memory_pipelines.rules.text import detect_language
+
+TOOL_RESULT_CHARS = 2000
+# what the embedding of a turn reads: the turn, and the ends of its neighbours that touch it
+OWN_CHARS, NEIGHBOUR_CHARS = 1600, 600
+MAX_KEYS = 20
+# the detected language (memory_pipelines.rules.text) -> PostgreSQL text search configuration
+# (stemming and stop words); anything else is `simple`: words as they are
+TEXT_SEARCH_CONFIGS = {"en": "english", "de": "german", "es": "spanish", "fr": "french", "it": "italian",
+                       "pt": "portuguese", "nl": "dutch"}
+INDEXED_ROLES = ("user", "assistant", "tool")
+
+
+def text_search_config(language: str) -> str:
+    return TEXT_SEARCH_CONFIGS.get(language, "simple")
+
+
+def render_body(m: Message) -> str:
+    """What a turn says, as search reads and passages show it (the role is shown apart)."""
+    if m.role == "tool":
+        output = m.content if len(m.content) <= TOOL_RESULT_CHARS else m.content[:TOOL_RESULT_CHARS] + "…"
+        failed = " (failed)" if m.metadata.get("is_error") else ""
+        return f"[tool result] {m.tool_name or 'tool'}{failed}: {output}"
+    if m.role == "assistant" and m.tool_name:
+        call = f"[tool call] {m.tool_name}({json.dumps(m.tool_args or {}, ensure_ascii=False, sort_keys=True)})"
+        return f"{m.content}\n{call}" if m.content.strip() else call
+    return m.content
+
+
+def _hash(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False, default=str).encode()).hexdigest()
+
+
+def window_text(previous: str | None, own: str, following: str | None) -> str:
+    """The text a turn's embedding is made of: the turn in the middle of its neighbours' ends."""
+    parts = [previous[-NEIGHBOUR_CHARS:] if previous else None, own[:OWN_CHARS],
+             following[:NEIGHBOUR_CHARS] if following else None]
+    return "\n".join(p for p in parts if p)
+
+
+def keys_in(body: str, keys: Iterable[str]) -> tuple[str, ...]:
+    """The keys (breadcrumbs, summary keys) a turn itself says, in their order, at most 20."""
+    folded = body.casefold()
+    found = [k for k in dict.fromkeys(keys) if len(k) >= 3 and k.casefold() in folded]
+    return tuple(found[:MAX_KEYS])
+
+
+def build_turns(messages: Sequence[Message], keys: Sequence[str]) -> list[TurnRow]:
+    """A session's turns, in seq order: its user, assistant and tool messages, in the
+    language its conversation is written in."""
+    units = [m for m in sorted(messages, key=lambda m: m.seq) if m.role in INDEXED_ROLES]
+    if not units:
+        return []
+    language = text_search_config(detect_language([m.content for m in units if m.role in ("user", "assistant")]))
+    bodies = [render_body(m) for m in units]
+    rows = []
+    for pos, (m, body) in enumerate(zip(units, bodies, strict=True)):
+        previous = bodies[pos - 1] if pos > 0 else None
+        following = bodies[pos + 1] if pos + 1 < len(bodies) else None
+        rows.append(TurnRow(m.session_id, m.seq, m.user_id, pos, m.role, m.ts, language, body, keys_in(body, keys),
+                            _hash(window_text(previous, body, following))))
+    return rows
+
+
+@dataclass
+class TurnReport:
+    sessions: set[str] = field(default_factory=set)  # indexed again (most rows may be unchanged)
+    users: set[str] = field(default_factory=set)
+    turns_written: int = 0
+    turns_removed: int = 0
+    languages: Counter = field(default_factory=Counter)  # sessions per text search configuration
+
+
+def index_turns_for_days(pool: ConnectionPool, partition_keys: Sequence[str], run_id: str) -> TurnReport:
+    """memory_turns for each day: every session with messages that day, or whose chunks or
+    summary the day's run wrote, indexed again as it is now (unchanged rows are left alone)."""
+    report = TurnReport()
+    for key in partition_keys:
+        with pool.connection() as conn:
+            sessions = [r[0] for r in conn.execute(query("sessions_to_index"), {"partition_key": key})]
+        for session_id in sessions:
+            with pool.connection() as conn, conn.transaction():
+                repository.lock_session(conn, session_id)
+                messages = repository.session_messages_after(conn, session_id, None)
+                keys = [r[0] for r in conn.execute(query("session_search_keys"), {"session_id": session_id})]
+                rows = build_turns(messages, keys)
+                written, removed = repository.store_turns(conn, session_id, rows, run_id)
+            report.turns_written += written
+            report.turns_removed += removed
+            report.sessions.add(session_id)
+            report.users.update(r.user_id for r in rows)
+            if rows:
+                report.languages[rows[0].language] += 1
+    with pool.connection() as conn, conn.transaction():
+        repository.refresh_turn_stats(conn, sorted(report.users))
+    return report

@@ -1,0 +1,128 @@
+-- The turn-level index: memory_turns and its BM25 statistics (memory_pipelines.turns).
+
+-- name: sessions_to_index
+-- A day's sessions to index again: those with messages that day, and those whose chunks
+-- (breadcrumbs) or summary (keys) the day's run wrote.
+SELECT session_id FROM messages
+WHERE ts >= (%(partition_key)s::text::date)::timestamp AT TIME ZONE 'UTC'
+  AND ts < (%(partition_key)s::text::date + 1)::timestamp AT TIME ZONE 'UTC'
+UNION
+SELECT session_id FROM memory_chunks WHERE partition_key = %(partition_key)s::text
+UNION
+SELECT session_id FROM session_summary_versions WHERE partition_key = %(partition_key)s::text
+ORDER BY 1;
+
+-- name: session_search_keys
+-- The breadcrumbs of a session's chunks and its current summary's keys.
+SELECT k FROM (
+    SELECT unnest(breadcrumbs) AS k FROM memory_chunks WHERE session_id = %(session_id)s
+    UNION
+    SELECT jsonb_array_elements_text(summary -> 'keys') FROM session_summaries
+    WHERE session_id = %(session_id)s AND jsonb_typeof(summary -> 'keys') = 'array'
+) AS found
+ORDER BY k;
+
+-- name: upsert_turn
+-- Rewritten only when what it holds or what its embedding reads changed; a new window drops
+-- the embedding (memory_embeddings makes it again). The partition is the turn's own day.
+INSERT INTO memory_turns AS t (session_id, seq, user_id, pos, role, ts, language, body, keys, tsv, body_length,
+                               content_hash, window_hash, partition_key, run_id)
+VALUES (%(session_id)s, %(seq)s, %(user_id)s, %(pos)s, %(role)s, %(ts)s, %(language)s, %(body)s, %(keys)s::text[],
+        memory_turn_tsv(%(language)s, %(body)s, %(keys)s::text[], %(user_id)s),
+        memory_turn_length(%(language)s, %(body)s),
+        %(content_hash)s, %(window_hash)s, to_char(%(ts)s AT TIME ZONE 'UTC', 'YYYY-MM-DD'), %(run_id)s)
+ON CONFLICT (session_id, seq) DO UPDATE
+SET user_id = EXCLUDED.user_id, pos = EXCLUDED.pos, role = EXCLUDED.role, ts = EXCLUDED.ts,
+    language = EXCLUDED.language, body = EXCLUDED.body, keys = EXCLUDED.keys, tsv = EXCLUDED.tsv,
+    body_length = EXCLUDED.body_length, content_hash = EXCLUDED.content_hash, window_hash = EXCLUDED.window_hash,
+    embedding = CASE WHEN t.window_hash = EXCLUDED.window_hash THEN t.embedding END,
+    embedding_model = CASE WHEN t.window_hash = EXCLUDED.window_hash THEN t.embedding_model END,
+    partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id
+WHERE t.content_hash <> EXCLUDED.content_hash OR t.window_hash <> EXCLUDED.window_hash;
+
+-- name: delete_turns_except
+DELETE FROM memory_turns WHERE session_id = %(session_id)s AND NOT seq = ANY(%(seqs)s::bigint[]);
+
+-- name: delete_turn_stats
+DELETE FROM memory_turn_stats WHERE user_id = ANY(%(user_ids)s);
+
+-- name: insert_turn_stats
+INSERT INTO memory_turn_stats (user_id, language, turns, total_length)
+SELECT user_id, language, count(*), sum(body_length) FROM memory_turns WHERE user_id = ANY(%(user_ids)s)
+GROUP BY user_id, language;
+
+-- name: turn_text_search
+-- BM25 over the user's turns (every user's with all_users): the query stemmed in each
+-- language the user's turns are in, candidates from the turns holding any of its lexemes
+-- (so each lexeme's document frequency is exact; the owner's lexeme keeps the index to the
+-- user's turns), term frequencies from the positions of the allowed weights (A: the body, B:
+-- breadcrumbs and summary keys), lengths and corpus size from memory_turn_stats. Lexemes
+-- become tsquery literals quoted here, never by the caller.
+WITH stats AS (
+    SELECT sum(turns)::float8 AS n, sum(total_length)::float8 / greatest(sum(turns), 1) AS avgdl,
+           array_agg(DISTINCT language) AS languages
+    FROM memory_turn_stats WHERE %(all_users)s OR user_id = %(user_id)s
+),
+terms AS (
+    SELECT DISTINCT v.lexeme
+    FROM stats, unnest(stats.languages) AS cfg, unnest(memory_turn_lexemes(cfg, %(text)s)) AS v
+),
+q AS (
+    SELECT CASE WHEN %(all_users)s THEN matching
+                ELSE matching && ('''' || memory_turn_owner(%(user_id)s) || '''')::tsquery END AS query
+    FROM (SELECT string_agg('''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || ''':' || %(weights)s::text,
+                            ' | ')::tsquery AS matching
+          FROM terms) AS m
+),
+candidates AS (
+    SELECT t.user_id, t.session_id, t.seq, t.pos, t.ts, t.body_length, t.tsv
+    FROM memory_turns t, q
+    WHERE (%(all_users)s OR t.user_id = %(user_id)s) AND t.tsv @@ q.query
+      AND (%(session_id)s::text IS NULL OR t.session_id = %(session_id)s::text)
+),
+frequencies AS (
+    SELECT c.user_id, c.session_id, c.seq, c.pos, c.ts, c.body_length, v.lexeme,
+           (SELECT count(*) FROM unnest(v.weights) AS w WHERE strpos(%(weights)s::text, w::text) > 0) AS tf
+    FROM candidates c, unnest(c.tsv) AS v
+    WHERE v.lexeme IN (SELECT lexeme FROM terms)
+),
+documents AS (SELECT lexeme, count(*) AS df FROM frequencies WHERE tf > 0 GROUP BY lexeme)
+SELECT f.user_id, f.session_id, f.seq, f.pos, f.ts,
+       sum(ln(1 + (s.n - d.df + 0.5) / (d.df + 0.5)) * f.tf * (%(k1)s + 1)
+           / (f.tf + %(k1)s * (1 - %(b)s + %(b)s * f.body_length / s.avgdl)))::float8 AS score,
+       array_agg(f.lexeme ORDER BY f.lexeme) AS matched
+FROM frequencies f JOIN documents d USING (lexeme) CROSS JOIN stats s
+WHERE f.tf > 0 AND (%(since)s::timestamptz IS NULL OR f.ts >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR f.ts < %(until)s::timestamptz)
+GROUP BY f.user_id, f.session_id, f.seq, f.pos, f.ts
+ORDER BY score DESC, f.session_id, f.seq
+LIMIT %(limit)s;
+
+-- name: turn_vector_search
+-- The exact nearest turns (read with their neighbours) over the user's rows.
+SELECT user_id, session_id, seq, pos, ts, (embedding <=> %(vector)s::halfvec)::float8 AS distance
+FROM memory_turns
+WHERE (%(all_users)s OR user_id = %(user_id)s) AND embedding_model = %(model)s
+  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s::text)
+  AND (%(since)s::timestamptz IS NULL OR ts >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR ts < %(until)s::timestamptz)
+ORDER BY embedding <=> %(vector)s::halfvec, session_id, seq
+LIMIT %(limit)s;
+
+-- name: turn_windows
+-- The turns of passages: per session, the positions from lo to hi, of the user searched.
+SELECT t.id, t.user_id, t.session_id, t.seq, t.pos, t.role, t.ts, t.body
+FROM unnest(%(session_ids)s::text[], %(los)s::int[], %(his)s::int[]) AS w(session_id, lo, hi)
+JOIN memory_turns t ON t.session_id = w.session_id AND t.pos BETWEEN w.lo AND w.hi
+WHERE %(all_users)s OR t.user_id = %(user_id)s
+ORDER BY t.session_id, t.pos;
+
+-- name: newest_turn
+-- The newest turn time of a user (every user's with all_users): what relative times count from.
+SELECT max(ts) FROM memory_turns WHERE %(all_users)s OR user_id = %(user_id)s;
+
+-- name: chunk_turns
+-- The turns a chunk holds, of its user.
+SELECT id, session_id, seq, pos, role, ts, body FROM memory_turns
+WHERE session_id = %(session_id)s AND user_id = %(user_id)s AND seq BETWEEN %(first)s AND %(last)s
+ORDER BY pos;
