@@ -366,6 +366,24 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    from memory_pipelines import bench_serve
+
+    try:
+        config = bench_serve.ServeBenchConfig(clients=args.clients, seconds=args.seconds, workers=args.workers,
+                                              transports=tuple(args.transport or bench_serve.TRANSPORTS),
+                                              user=args.user, budget=args.budget)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    url = _serving_database()
+    try:
+        result = bench_serve.run(url, config, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except bench_serve.ServeBenchError as exc:
+        raise CliError(str(exc)) from None
+    print(bench_serve.to_json(result) if args.json else bench_serve.markdown(result))
+    return 0
+
+
 def _confirmed(args: argparse.Namespace, question: str) -> bool:
     """--yes, or a yes typed at a terminal; never silently on a pipe."""
     if args.yes:
@@ -675,7 +693,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serving_database() -> None:
+def _serving_database() -> str:
     """Start (or find) the database and migrate it once, before any server process opens a
     pool; the processes then reach it by MEMORY_DATABASE_URL."""
     from memory_pipelines.db.migrations import migrate
@@ -683,6 +701,7 @@ def _serving_database() -> None:
     url = _connect_url(_settings())
     migrate(url)
     os.environ["MEMORY_DATABASE_URL"] = url
+    return url
 
 
 def _uvicorn_logging() -> dict:
@@ -783,7 +802,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.set_defaults(func=cmd_search)
 
     bench = sub.add_parser("bench", help="benchmarks: distillation throughput and model cost, retrieval quality, "
-                                         "search latency at scale")
+                                         "search latency at scale, serving load")
     kinds = bench.add_subparsers(dest="kind", required=True)
     retrieval = kinds.add_parser("retrieval", help="recall of evidence turns at equal budgets over the labelled "
                                                    "evidence set (a database of its own, built once), per row and "
@@ -827,6 +846,18 @@ def build_parser() -> argparse.ArgumentParser:
     search_bench.add_argument("--rebuild", action="store_true", help="build the database again even if it matches")
     search_bench.add_argument("--json", action="store_true")
     search_bench.set_defaults(func=cmd_bench_search)
+    serve_bench = kinds.add_parser(
+        "serve", help="load on `serve http` and `serve mcp --http` (127.0.0.1): concurrent clients searching for a "
+                      "fixed time over the configured database; requests/s, p50/p95/p99, errors")
+    serve_bench.add_argument("--clients", type=int, default=50, help="concurrent clients (default 50)")
+    serve_bench.add_argument("--seconds", type=float, default=30.0, help="per transport (default 30)")
+    serve_bench.add_argument("--transport", action="append", choices=["http", "mcp"],
+                             help="http or mcp, repeatable (default both)")
+    serve_bench.add_argument("--workers", type=int, default=1, help="`serve http --workers` (default 1)")
+    serve_bench.add_argument("--user", help="whose memory is searched (default: the user with the most facts)")
+    serve_bench.add_argument("--budget", type=int, help="characters per answer (default: the API's)")
+    serve_bench.add_argument("--json", action="store_true")
+    serve_bench.set_defaults(func=cmd_bench_serve)
 
     forget = sub.add_parser("forget", help="delete a user's (or session's) messages and everything derived; lists "
                                            "what would go and asks first (--yes to skip, --dry-run to stop there)")

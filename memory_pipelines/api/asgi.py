@@ -35,10 +35,11 @@ def bearer(headers: list[tuple[bytes, bytes]] | Any) -> str | None:
     return secret.strip() or None
 
 
-def note_key(scope: Scope, key_id: int) -> None:
-    """Name the key a request acted with in its access-log line."""
+def note_key(scope: Scope, key_id: int, admin: bool) -> None:
+    """Name the key a request acted with in its access-log line (an admin's marked so:
+    every request an admin key makes is on record as one)."""
     if ACCESS in scope:
-        scope[ACCESS]["key_id"] = key_id
+        scope[ACCESS]["key_id"] = f"{key_id}(admin)" if admin else key_id
 
 
 async def send_error(send: Send, status: int, code: str, message: str,

@@ -132,7 +132,7 @@ def create_app(service: MemoryService | None = None, settings: ApiSettings | Non
 
         def call() -> dict:
             caller = service.caller(bearer(request.headers))
-            note_key(request.scope, caller.key.id)
+            note_key(request.scope, caller.key.id, caller.key.admin)
             return operation(caller)
 
         with anyio.fail_after(settings.timeout):

@@ -199,7 +199,7 @@ class BearerGate:
             key = (await anyio.to_thread.run_sync(self.service.caller, bearer(scope["headers"]))).key
         except Unauthorized as exc:
             return await send_error(send, 401, exc.code, exc.message, [(b"www-authenticate", b"Bearer")])
-        note_key(scope, key.id)
+        note_key(scope, key.id, key.admin)
         await self.app(scope, receive, send)
 
 

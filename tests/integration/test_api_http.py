@@ -299,10 +299,13 @@ def test_access_log_has_one_line_per_request_and_never_a_key_or_a_question(api):
     with api.client("bob") as client:
         client.get("/v1/search", params={"q": "secret-question-words"})
         client.get("/v1/context/s-bob-0005")
+    with api.client("admin") as admin:
+        admin.get("/v1/search", params={"q": "ledger", "user_id": "carol"})
     log = api.server.output()
     lines = [line for line in log.splitlines() if "memory_pipelines.api.access" in line]
     assert any(" GET /v1/search 200 " in line and "key=" in line and "ms " in line for line in lines)
     assert any(" GET /v1/context/s-bob-0005 200 " in line for line in lines)
+    assert any(" GET /v1/search 200 " in line and "(admin)" in line for line in lines), "admin requests are marked"
     assert "secret-question-words" not in log
     for secret in api.keys.values():
         assert secret not in log and secret[4:] not in log
