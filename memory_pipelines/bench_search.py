@@ -733,7 +733,7 @@ def run(admin_url: str, config: SearchBenchConfig, embedder: Embedder, *, rebuil
     """Build (or reuse) the benchmark database on the server `admin_url` points at, then measure."""
     url, reused, build_seconds, turn_index = prepare_database(admin_url, config, embedder, rebuild=rebuild,
                                                               progress=progress)
-    load_before = _load_average()
+    load_before = load_average()
     began = time.perf_counter()
     embedding, paths, chunk_recall, fact_recall = measure(url, embedder, config, progress)
     with psycopg.connect(url) as conn:
@@ -741,10 +741,10 @@ def run(admin_url: str, config: SearchBenchConfig, embedder: Embedder, *, rebuil
     return SearchBenchResult(config.database, reused, round(build_seconds, 1) if build_seconds else None,
                              config.users, config.chunks, config.facts, config.queries, config.seed,
                              embedder.model_id, version, embedding, paths, chunk_recall, fact_recall, config.turns,
-                             turn_index, round(time.perf_counter() - began, 1), (load_before, _load_average()))
+                             turn_index, round(time.perf_counter() - began, 1), (load_before, load_average()))
 
 
-def _load_average() -> float:
+def load_average() -> float:
     try:
         return round(os.getloadavg()[0], 2)
     except OSError:

@@ -260,8 +260,6 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.embed import build_embedder, embed_config
     from memory_pipelines.search import UnifiedMemorySearch, format_served
@@ -287,10 +285,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     for warning in search.warnings:
         print(f"memory-pipelines: warning: {warning.message}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"query": args.query, "scope": args.scope, "budget": asdict(served.budget),
-                          "left_out": served.left_out,
-                          "time_range": asdict(served.time_range) if served.time_range else None,
-                          "hits": [asdict(h) for h in served.hits]}, ensure_ascii=False, indent=2, default=str))
+        print(json.dumps(served.to_json(args.query, args.scope), ensure_ascii=False, indent=2))
     else:
         print(format_served(args.query, args.scope, served))
     return 0
@@ -368,6 +363,24 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
     finally:
         embedder.close()
     print(bench_search.to_json(result) if args.json else bench_search.markdown(result))
+    return 0
+
+
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    from memory_pipelines import bench_serve
+
+    try:
+        config = bench_serve.ServeBenchConfig(clients=args.clients, seconds=args.seconds, workers=args.workers,
+                                              transports=tuple(args.transport or bench_serve.TRANSPORTS),
+                                              user=args.user, budget=args.budget)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    url = _serving_database()
+    try:
+        result = bench_serve.run(url, config, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except bench_serve.ServeBenchError as exc:
+        raise CliError(str(exc)) from None
+    print(bench_serve.to_json(result) if args.json else bench_serve.markdown(result))
     return 0
 
 
@@ -640,6 +653,110 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    from memory_pipelines.api.keys import create_key, list_keys, revoke_key
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.db.queries import query
+
+    pool = get_pool(_connect_url(_settings()))
+    with pool.connection() as conn, conn.transaction():
+        if args.action == "create":
+            if args.admin == (args.user is not None):
+                raise UsageError("name the key's user (--user U), or make an admin key (--admin): one of the two")
+            if args.user is not None and not conn.execute(query("user_known"), {"user_id": args.user}).fetchone()[0]:
+                print(f"memory-pipelines: warning: nothing is stored for user {args.user!r} yet; the key may write "
+                      "their first memory", file=sys.stderr)
+            key, secret = create_key(conn, args.user, admin=args.admin, name=args.name)
+            print(f"created API key {key.id} for {'every user (admin)' if key.admin else 'user ' + key.user_id}; "
+                  "it is shown once, here:", file=sys.stderr)
+            print(secret)
+            return 0
+        if args.action == "revoke":
+            try:
+                key = revoke_key(conn, args.id)
+            except LookupError as exc:
+                raise CliError(f"{exc} (`memory-pipelines keys list` shows them)") from None
+            print(f"revoked API key {key.id} ({key.prefix}…): requests with it now get 401")
+            return 0
+        keys = list_keys(conn)
+    if args.json:
+        print(json.dumps([vars(k) for k in keys], indent=2, default=str))
+        return 0
+    print(f"{'id':>4}  {'user':<14} {'name':<16} {'key':<13} {'created':<17} {'last used':<17} state")
+    for k in keys:
+        state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "live"
+        used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
+        print(f"{k.id:>4}  {'(admin)' if k.admin else k.user_id:<14} {k.name or '':<16} {k.prefix + '…':<13} "
+              f"{k.created_at:%Y-%m-%d %H:%M}  {used:<17} {state}")
+    if not keys:
+        print("no API keys: `memory-pipelines keys create --user U` makes one")
+    return 0
+
+
+def _serving_database() -> str:
+    """Start (or find) the database and migrate it once, before any server process opens a
+    pool; the processes then reach it by MEMORY_DATABASE_URL."""
+    from memory_pipelines.db.migrations import migrate
+
+    url = _connect_url(_settings())
+    migrate(url)
+    os.environ["MEMORY_DATABASE_URL"] = url
+    return url
+
+
+def _uvicorn_logging() -> dict:
+    """uvicorn's own lines and the API's (one access line per request) on stderr, in every
+    worker process; uvicorn's access log is off: it prints query strings, which hold what
+    users ask."""
+    handler = {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stderr"}
+    return {"version": 1, "disable_existing_loggers": False,
+            "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+            "handlers": {"stderr": handler},
+            "loggers": {name: {"handlers": ["stderr"], "level": "INFO", "propagate": False}
+                        for name in ("uvicorn", "memory_pipelines.api")}}
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from memory_pipelines.config import ApiSettings
+
+    _serving_database()
+    settings = ApiSettings.from_env()
+    if args.protocol == "mcp" and not args.http:
+        import anyio
+
+        from memory_pipelines.api.mcp_server import build_server
+        from memory_pipelines.api.service import MemoryService
+
+        if not os.environ.get("MEMORY_API_KEY"):
+            raise UsageError("MCP over stdio acts with the key in MEMORY_API_KEY: "
+                             "`memory-pipelines keys create --user U` makes one")
+        service = MemoryService.open()
+        try:
+            anyio.run(build_server(service, settings).run_stdio_async)
+        finally:
+            service.close()
+        return 0
+    if args.protocol == "mcp":
+        from memory_pipelines.api.mcp_server import http_app
+        from memory_pipelines.api.service import MemoryService
+
+        if args.workers != 1:
+            raise UsageError("--workers is for `serve http`; MCP over HTTP runs one process")
+        service = MemoryService.open()
+        app: object = http_app(service, args.host, settings)
+        print(f"MCP over streamable HTTP at http://{args.host}:{args.port}/mcp", file=sys.stderr)
+    else:
+        app = "memory_pipelines.api.http:build_app"
+        print(f"memory API at http://{args.host}:{args.port}/v1 (docs: /docs), {args.workers} worker(s)",
+              file=sys.stderr)
+    # uvicorn ends on SIGTERM or SIGINT gracefully: no new connections, requests in flight finish
+    uvicorn.run(app, factory=isinstance(app, str), host=args.host, port=args.port, workers=args.workers,
+                access_log=False, log_config=_uvicorn_logging(), timeout_graceful_shutdown=int(settings.timeout) + 5)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memory-pipelines", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -685,7 +802,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.set_defaults(func=cmd_search)
 
     bench = sub.add_parser("bench", help="benchmarks: distillation throughput and model cost, retrieval quality, "
-                                         "search latency at scale")
+                                         "search latency at scale, serving load")
     kinds = bench.add_subparsers(dest="kind", required=True)
     retrieval = kinds.add_parser("retrieval", help="recall of evidence turns at equal budgets over the labelled "
                                                    "evidence set (a database of its own, built once), per row and "
@@ -729,6 +846,18 @@ def build_parser() -> argparse.ArgumentParser:
     search_bench.add_argument("--rebuild", action="store_true", help="build the database again even if it matches")
     search_bench.add_argument("--json", action="store_true")
     search_bench.set_defaults(func=cmd_bench_search)
+    serve_bench = kinds.add_parser(
+        "serve", help="load on `serve http` and `serve mcp --http` (127.0.0.1): concurrent clients searching for a "
+                      "fixed time over the configured database; requests/s, p50/p95/p99, errors")
+    serve_bench.add_argument("--clients", type=int, default=50, help="concurrent clients (default 50)")
+    serve_bench.add_argument("--seconds", type=float, default=30.0, help="per transport (default 30)")
+    serve_bench.add_argument("--transport", action="append", choices=["http", "mcp"],
+                             help="http or mcp, repeatable (default both)")
+    serve_bench.add_argument("--workers", type=int, default=1, help="`serve http --workers` (default 1)")
+    serve_bench.add_argument("--user", help="whose memory is searched (default: the user with the most facts)")
+    serve_bench.add_argument("--budget", type=int, help="characters per answer (default: the API's)")
+    serve_bench.add_argument("--json", action="store_true")
+    serve_bench.set_defaults(func=cmd_bench_serve)
 
     forget = sub.add_parser("forget", help="delete a user's (or session's) messages and everything derived; lists "
                                            "what would go and asks first (--yes to skip, --dry-run to stop there)")
@@ -787,6 +916,32 @@ def build_parser() -> argparse.ArgumentParser:
     lin.add_argument("id", help="the row id (a session id for summary)")
     lin.add_argument("--json", action="store_true")
     lin.set_defaults(func=cmd_lineage)
+
+    serve = sub.add_parser("serve", help="serve memory to agents: MCP (stdio or HTTP) or the REST API; every "
+                                         "request acts as one API key's user")
+    protocols = serve.add_subparsers(dest="protocol", required=True)
+    for protocol, text in (("mcp", "an MCP server: stdio (the key in MEMORY_API_KEY), or streamable HTTP with --http"),
+                           ("http", "the REST API (/v1/…, OpenAPI docs at /docs)")):
+        command = protocols.add_parser(protocol, help=text)
+        if protocol == "mcp":
+            command.add_argument("--http", action="store_true", help="streamable HTTP at /mcp instead of stdio")
+        command.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+        command.add_argument("--port", type=int, default=8765 if protocol == "mcp" else 8080)
+        command.add_argument("--workers", type=int, default=1, help="server processes (HTTP API)")
+        command.set_defaults(func=cmd_serve)
+
+    keys = sub.add_parser("keys", help="API keys for `serve`: create (shown once), list, revoke")
+    key_actions = keys.add_subparsers(dest="action", required=True)
+    create = key_actions.add_parser("create", help="a key for one user (or --admin: every user); prints it once")
+    create.add_argument("--user", help="the user the key reads and writes memory of")
+    create.add_argument("--admin", action="store_true", help="a key that may act for every user (searches are logged)")
+    create.add_argument("--name", help="a label, e.g. the agent that holds it")
+    listing = key_actions.add_parser("list", help="every key: user, label, first characters, last use, state")
+    listing.add_argument("--json", action="store_true")
+    revoke = key_actions.add_parser("revoke", help="revoke a key: its requests get 401 from then on")
+    revoke.add_argument("id", type=int, help="the key's id (as `keys list` shows it)")
+    for command in (create, listing, revoke):
+        command.set_defaults(func=cmd_keys, json=False)
 
     gen = sub.add_parser("generate", help="write deterministic synthetic transcripts (for benchmarks)")
     gen.add_argument("out", help="output folder")

@@ -234,6 +234,10 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("MEMORY_RETRY_DELAY", decimal(0), 10.0, "seconds before a step's first retry"),
     Spec("MEMORY_SCHEDULE_CRON", CRON, "*/15 * * * *", "when the schedule distills today's partition"),
     Spec("MEMORY_AUTOMATION", BOOLEAN, False, "start the schedule and sensor running in `dagster dev`"),
+    Spec("MEMORY_API_KEY", TEXT, None, "the API key `serve mcp` acts with over stdio", secret=True),
+    Spec("MEMORY_API_TIMEOUT", decimal(0, low_open=True), 30.0, "seconds one API or MCP request may take"),
+    Spec("MEMORY_API_MAX_BODY_BYTES", integer(1024), 1_048_576, "largest API request body"),
+    Spec("MEMORY_API_POOL_SIZE", integer(1, 100), 8, "database connections of one server process"),
 ]}
 
 
@@ -328,3 +332,17 @@ class DecaySettings:
         return cls(min_age_days=setting("MEMORY_DECAY_MIN_AGE_DAYS"), threshold=setting("MEMORY_DECAY_THRESHOLD"),
                    base_rate=setting("MEMORY_DECAY_BASE_RATE"), decay_facts=setting("MEMORY_DECAY_FACTS"),
                    pii_retention_days=setting("MEMORY_PII_RETENTION_DAYS"))
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """How `serve http` and `serve mcp` bound a request: its time, its body, the
+    connections one server process holds."""
+    timeout: float = SPECS["MEMORY_API_TIMEOUT"].default
+    max_body_bytes: int = SPECS["MEMORY_API_MAX_BODY_BYTES"].default
+    pool_size: int = SPECS["MEMORY_API_POOL_SIZE"].default
+
+    @classmethod
+    def from_env(cls) -> "ApiSettings":
+        return cls(timeout=setting("MEMORY_API_TIMEOUT"), max_body_bytes=setting("MEMORY_API_MAX_BODY_BYTES"),
+                   pool_size=setting("MEMORY_API_POOL_SIZE"))

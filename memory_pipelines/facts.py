@@ -99,6 +99,7 @@ class FactCandidate:
     last_verified_at: datetime
     seq_start: int
     seq_end: int
+    expires_at: datetime | None = None  # a time limit (facts saved through the API may set one)
 
 
 @dataclass(frozen=True)

@@ -230,12 +230,31 @@ def superseded_by(text: str, user_id: str | None, seen_at: datetime, triples: It
     return f"{newest.subject} {newest.relation} {newest.closed_by_object}" if newest else None
 
 
-def decay_score(importance: float, age_hours: float, access_count: int, base_rate: float) -> float:
-    """navra's FadeMem score: importance · e^(−rate·age) + boost, where rate =
-    base_rate / (1 + importance) and the boost grows with accesses, capped at 0.3."""
+DECAY_FORMULA = ("score = importance * exp(-rate * age_hours) + min(0.3, 0.1 * ln(1 + access_count)),"
+                 " rate = base_rate / (1 + importance)")
+
+
+@dataclass(frozen=True)
+class DecayTerms:
+    """The parts of navra's FadeMem score (`DECAY_FORMULA`)."""
+    rate: float  # per hour: base_rate / (1 + importance), so important memory fades slower
+    faded: float  # importance · e^(−rate·age)
+    boost: float  # grows with accesses, capped at 0.3
+
+    @property
+    def score(self) -> float:
+        return self.faded + self.boost
+
+
+def decay_terms(importance: float, age_hours: float, access_count: int, base_rate: float) -> DecayTerms:
     rate = base_rate / (1 + importance)
-    boost = min(0.3, 0.1 * math.log1p(max(0, access_count)))
-    return importance * math.exp(-rate * max(0.0, age_hours)) + boost
+    return DecayTerms(rate, importance * math.exp(-rate * max(0.0, age_hours)),
+                      min(0.3, 0.1 * math.log1p(max(0, access_count))))
+
+
+def decay_score(importance: float, age_hours: float, access_count: int, base_rate: float) -> float:
+    """navra's FadeMem score (`DECAY_FORMULA`)."""
+    return decay_terms(importance, age_hours, access_count, base_rate).score
 
 
 @dataclass(frozen=True)

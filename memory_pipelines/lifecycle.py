@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.config import DecaySettings
-from memory_pipelines.knowledge import DecayCandidate, Triple, plan_decay, superseded_by
+from memory_pipelines.knowledge import DecayCandidate, DecayVerdict, Triple, plan_decay, superseded_by
 from memory_pipelines.pii import sanitize
 
 # the tables whose rows record accesses (decay's boost and disuse)
@@ -70,21 +70,27 @@ def decay_as_of(conn: psycopg.Connection, window_end: datetime) -> datetime | No
     return conn.execute(query("newest_message_before"), {"before": window_end}).fetchone()[0]
 
 
+def judge_decay(conn: psycopg.Connection, as_of: datetime, settings: DecaySettings,
+                user_id: str | None = None) -> list[DecayVerdict]:
+    """What decay would do as of `as_of` to every knowledge entry and visible fact (of one
+    user, given one), archiving nothing."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        candidates = [DecayCandidate(**row) for listing in ("decay_knowledge_candidates", "decay_fact_candidates")
+                      for row in cur.execute(query(listing), {"as_of": as_of, "user_id": user_id}).fetchall()]
+        users = sorted({c.user_id for c in candidates if c.user_id is not None})
+        triples = [Triple(**row) for row in cur.execute(query("graph_statements"),
+                                                        {"user_ids": users, "all_users": False}).fetchall()]
+    return plan_decay(candidates, triples, as_of, min_age=timedelta(days=settings.min_age_days),
+                      threshold=settings.threshold, base_rate=settings.base_rate, decay_facts=settings.decay_facts,
+                      pii_retention=timedelta(days=settings.pii_retention_days))
+
+
 def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id: str,
           settings: DecaySettings = DecaySettings()) -> DecayReport:
     """Judge every knowledge entry and fact as of `as_of` (`knowledge.plan_decay`) and move
     to memory_archive what it archives, and error memories past their TTL."""
     report = DecayReport(as_of=as_of)
-    with conn.cursor(row_factory=dict_row) as cur:
-        candidates = [DecayCandidate(**row) for listing in ("decay_knowledge_candidates", "decay_fact_candidates")
-                      for row in cur.execute(query(listing), {"as_of": as_of}).fetchall()]
-        users = sorted({c.user_id for c in candidates if c.user_id is not None})
-        triples = [Triple(**row) for row in cur.execute(query("graph_statements"),
-                                                        {"user_ids": users, "all_users": False}).fetchall()]
-    verdicts = plan_decay(candidates, triples, as_of, min_age=timedelta(days=settings.min_age_days),
-                          threshold=settings.threshold, base_rate=settings.base_rate,
-                          decay_facts=settings.decay_facts,
-                          pii_retention=timedelta(days=settings.pii_retention_days))
+    verdicts = judge_decay(conn, as_of, settings)
     for table in ("knowledge_entries", "memory_facts"):
         moving = []
         for v in verdicts:

@@ -6,10 +6,11 @@ Every search is scoped to one user; reading across users needs `admin=True`.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -108,6 +109,14 @@ class ServedMemory:
     budget: Budget
     time_range: TimeRange | None  # the time the question named, which passages were kept to
     left_out: int  # hits found that did not fit the budget
+
+    def to_json(self, text: str, scope: str) -> dict:
+        """The search as JSON (what `search --json` prints and the API answers): times as
+        ISO strings."""
+        return json.loads(json.dumps({
+            "query": text, "scope": scope, "budget": asdict(self.budget), "left_out": self.left_out,
+            "time_range": asdict(self.time_range) if self.time_range else None,
+            "hits": [asdict(h) for h in self.hits]}, ensure_ascii=False, default=str))
 
 
 @dataclass(frozen=True)
@@ -660,7 +669,7 @@ def recall(conn: psycopg.Connection, embedder: Embedder | None, session_id: str,
 
 
 def write_sketch(conn: psycopg.Connection, user_id: str, session_id: str, section: str, key: str, value: str, *,
-                 scope: str = "session", at: datetime | None = None) -> None:
+                 scope: str = "session", at: datetime | None = None, run_id: str = "query") -> None:
     """Write a working note through the query module (as the scratchpad tool does)."""
     if scope not in ("session", "user"):
         raise ValueError("scope must be 'session' or 'user'")
@@ -670,4 +679,4 @@ def write_sketch(conn: psycopg.Connection, user_id: str, session_id: str, sectio
     conn.execute(query("upsert_sketch"), {
         "user_id": user_id, "scope": scope, "session_id": session_id, "scope_key": session_id if scope == "session"
         else "", "section": section, "key": key, "value": value, "updated_at": at or datetime.now().astimezone(),
-        "source": "api", "source_seq": None, "partition_key": None, "run_id": "query"})
+        "source": "api", "source_seq": None, "partition_key": None, "run_id": run_id})

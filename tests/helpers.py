@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
+import httpx
 import psycopg
 from psycopg import sql
 
@@ -171,3 +176,48 @@ def partial_writes(url: str) -> dict[str, list[tuple]]:
 
 # The bundled sample's days (what the sample template in conftest.py is distilled over).
 SAMPLE_DAYS = [f"2026-10-{day:02}" for day in range(1, 15)]
+
+
+@dataclass
+class Server:
+    """A `memory-pipelines serve …` process on 127.0.0.1, its output in `log`."""
+    proc: subprocess.Popen
+    url: str
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30) -> bool:
+        """SIGTERM, as a service manager stops it; whether it ended by itself in time
+        (uvicorn ends by the signal it handled: status -15 after a clean shutdown)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return False
+        return self.proc.returncode in (0, -signal.SIGTERM)
+
+
+def start_server(args: Sequence[str], env: dict, log: Path, *, ready: str = "/healthz",
+                 seconds: float = 120) -> Server:
+    """Start `memory-pipelines serve <args>` (with --port among them) and wait until it
+    answers `ready` (any status: MCP refuses a request without a key with 401)."""
+    port = args[list(args).index("--port") + 1]
+    with log.open("w") as out:
+        proc = subprocess.Popen([str(ENTRY), "serve", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+    server = Server(proc, f"http://127.0.0.1:{port}", log)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the server exited {proc.returncode}: {server.output()[-2000:]}")
+        try:
+            httpx.get(server.url + ready, timeout=2)
+            return server
+        except httpx.TransportError:
+            time.sleep(0.2)
+    server.stop()
+    raise AssertionError(f"the server did not answer in {seconds} s: {server.output()[-2000:]}")

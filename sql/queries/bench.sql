@@ -154,3 +154,15 @@ SELECT pg_table_size('memory_turns'), pg_indexes_size('memory_turns');
 
 -- name: bench_turns_by_id
 SELECT id, user_id, body FROM memory_turns WHERE id = ANY(%(ids)s);
+
+-- name: bench_busiest_user
+-- `bench serve`'s default user: the one with the most served facts.
+SELECT user_id FROM memory_facts WHERE merged_into IS NULL GROUP BY user_id ORDER BY count(*) DESC, user_id LIMIT 1;
+
+-- name: bench_user_size
+SELECT (SELECT count(*) FROM memory_facts WHERE user_id = %(user_id)s AND merged_into IS NULL) AS facts,
+       (SELECT count(*) FROM memory_turns WHERE user_id = %(user_id)s) AS turns;
+
+-- name: bench_fact_keys
+-- What `bench serve` asks about besides the sample's questions: the user's fact keys.
+SELECT DISTINCT key FROM memory_facts WHERE user_id = %(user_id)s AND merged_into IS NULL ORDER BY key LIMIT 200;

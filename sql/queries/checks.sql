@@ -73,7 +73,9 @@ SELECT f.id, f.user_id, f.category, f.key, f.confidence, f.session_id, f.seq_sta
             SELECT 1 FROM memory_facts t WHERE t.id = f.merged_into AND t.merged_into IS NULL
                                            AND t.user_id = f.user_id)) AS merge_target_visible,
        f.seq_end >= f.seq_start AS span_ordered,
-       EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = f.session_id AND s.user_id = f.user_id) AS same_user
+       -- a fact saved through the API (model 'api') names no session of the archive
+       f.model = 'api' OR EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = f.session_id
+                                                          AND s.user_id = f.user_id) AS same_user
 FROM memory_facts f
 WHERE f.user_id = ANY(%(user_ids)s);
 
@@ -104,7 +106,8 @@ WHERE k.partition_key = ANY(%(partition_keys)s);
 SELECT e.id, e.kind, e.scope, e.consent_basis, e.confidence, e.importance, e.session_id, e.run_id, e.model,
        e.prompt_version,
        e.seq_start <= e.seq_end AS span_ordered,
-       CASE e.scope WHEN 'global' THEN e.user_id IS NULL
+       CASE WHEN e.scope = 'global' THEN e.user_id IS NULL
+            WHEN e.model = 'api' THEN e.user_id IS NOT NULL  -- distilled through the API: no archived session
             ELSE EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = e.session_id AND s.user_id = e.user_id)
        END AS session_user,
        CASE e.scope WHEN 'entity' THEN e.scope_id IS NOT DISTINCT FROM e.user_id

@@ -38,13 +38,14 @@ SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.user'), hashtext(%(user_
 -- row is not rewritten, so re-running leaves the table as it was. A new value drops the
 -- embedding of the old one, so the next embedding run embeds what search will match.
 INSERT INTO memory_facts AS f (user_id, category, key, canonical_key, value, source, confidence, last_verified_at,
-    source_context, session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version)
+    source_context, session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version, expires_at)
 VALUES (%(user_id)s, %(category)s, %(key)s, %(canonical_key)s, %(value)s, %(source)s, %(confidence)s,
     %(last_verified_at)s, %(source_context)s, %(session_id)s, %(seq_start)s, %(seq_end)s, %(partition_key)s,
-    %(run_id)s, %(model)s, %(prompt_version)s)
+    %(run_id)s, %(model)s, %(prompt_version)s, %(expires_at)s)
 ON CONFLICT (user_id, category, key) DO UPDATE
 SET value = EXCLUDED.value, source = EXCLUDED.source, confidence = EXCLUDED.confidence,
     last_verified_at = EXCLUDED.last_verified_at, source_context = EXCLUDED.source_context,
+    expires_at = EXCLUDED.expires_at,
     session_id = EXCLUDED.session_id, seq_start = EXCLUDED.seq_start, seq_end = EXCLUDED.seq_end,
     partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id, model = EXCLUDED.model,
     prompt_version = EXCLUDED.prompt_version, updated_at = now(),

@@ -5,7 +5,7 @@ SELECT max(ts) FROM messages WHERE ts < %(before)s;
 -- name: decay_knowledge_candidates
 SELECT 'knowledge_entries' AS source_table, id, entry_key AS key, user_id, title || ' ' || content AS text, importance,
        updated_at AS seen_at, access_count, last_accessed_at, valid_until, has_pii
-FROM knowledge_entries WHERE updated_at <= %(as_of)s
+FROM knowledge_entries WHERE updated_at <= %(as_of)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
 ORDER BY id;
 
 -- name: decay_fact_candidates
@@ -14,6 +14,7 @@ SELECT 'memory_facts' AS source_table, id, key, user_id, category || ' ' || key 
        (confidence / 100.0)::float8 AS importance, last_verified_at AS seen_at, access_count, last_accessed_at,
        expires_at AS valid_until, false AS has_pii
 FROM memory_facts WHERE merged_into IS NULL AND last_verified_at <= %(as_of)s
+                   AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
 ORDER BY id;
 
 -- name: graph_statements

@@ -190,10 +190,14 @@ WHERE (scope = 'global'
 ORDER BY id;
 
 -- name: count_fact_access
-UPDATE memory_facts SET access_count = access_count + 1, last_accessed_at = now() WHERE id = ANY(%(ids)s);
+-- A search never waits to count an access: a row another transaction holds (a pipeline
+-- run's write, a concurrent search's count) is skipped, so that access goes uncounted.
+UPDATE memory_facts SET access_count = access_count + 1, last_accessed_at = now()
+WHERE id IN (SELECT id FROM memory_facts WHERE id = ANY(%(ids)s) FOR NO KEY UPDATE SKIP LOCKED);
 
 -- name: count_knowledge_access
-UPDATE knowledge_entries SET access_count = access_count + 1, last_accessed_at = now() WHERE id = ANY(%(ids)s);
+UPDATE knowledge_entries SET access_count = access_count + 1, last_accessed_at = now()
+WHERE id IN (SELECT id FROM knowledge_entries WHERE id = ANY(%(ids)s) FOR NO KEY UPDATE SKIP LOCKED);
 
 -- name: error_search
 -- Resolved tool errors still within their TTL; a hit renews it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
 
 from assets.benchmarks import run_distill_benchmark
@@ -55,3 +56,31 @@ def test_bench_retrieval_scores_every_row_and_category_and_reuses_its_database(d
         assert 0 <= r["ndcg_at_k"] <= 1 and 0 < r["p50_ms"] <= r["p95_ms"]
     assert rows[("fused, score fusion", "all")]["recall_at_budget"]["7200"] > 0.5
     assert "reusing memory_bench_evidence_u1_s0" in cli("bench", "retrieval", "--users", "1", timeout=600).stderr
+
+
+@pytest.mark.slow
+def test_bench_serve_loads_both_transports_and_revokes_its_key(make_sample_database, monkeypatch):
+    url = make_sample_database()
+    monkeypatch.setenv("MEMORY_DATABASE_URL", url)
+    monkeypatch.setenv("MEMORY_EMBED_BACKEND", "hashing")
+    done = cli("bench", "serve", "--clients", "3", "--seconds", "1", "--user", "bob", "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["user"] == "bob" and figures["facts"] > 0 and figures["embedder"] == "hashing/hashing-v1"
+    loads = {t["transport"]: t for t in figures["transports"]}
+    assert set(loads) == {"http", "mcp"}
+    for load in loads.values():
+        assert load["requests"] > 0 and load["errors"] == 0, load["error_examples"]
+        assert load["latency"]["n"] == load["requests"]
+        assert load["latency"]["p50_ms"] <= load["latency"]["p95_ms"] <= load["latency"]["p99_ms"]
+        assert load["requests_per_s"] == pytest.approx(load["requests"] / load["seconds"], rel=0.01)
+    with psycopg.connect(url) as conn:
+        [(revoked,)] = conn.execute("SELECT revoked_at IS NOT NULL FROM api_keys WHERE name = 'bench serve'")
+    assert revoked, "the benchmark's key is revoked when it ends"
+
+
+def test_bench_serve_says_what_to_fix(database_url):
+    bad = cli("bench", "serve", "--clients", "0")
+    assert bad.returncode == 2 and "--clients 0: from 1 to 1000" in bad.stderr
+    empty = cli("bench", "serve", "--seconds", "1")
+    assert empty.returncode == 1 and "no facts to search: `memory-pipelines run`" in empty.stderr

@@ -39,6 +39,9 @@ def test_every_default_is_a_value_its_own_spec_accepts():
     ("MEMORY_SCHEDULE_CRON", "every minute", "a cron expression of five fields"),
     ("MEMORY_PRICE_TABLE", "/no/such/prices.json", "the path of a JSON file"),
     ("MEMORY_RUN_TOKEN_BUDGET", "-5", "an integer >= 0"),
+    ("MEMORY_API_TIMEOUT", "30s", "a number > 0"),
+    ("MEMORY_API_MAX_BODY_BYTES", "10", "an integer >= 1024"),
+    ("MEMORY_API_POOL_SIZE", "0", "an integer from 1 to 100"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable_the_value_and_what_is_accepted(name, text, accepted):
     with pytest.raises(ConfigError) as caught:
