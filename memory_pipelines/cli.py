@@ -780,7 +780,8 @@ def build_parser() -> argparse.ArgumentParser:
     ctx = sub.add_parser("context", help="a session's turn context: last messages and the prior summary")
     ctx.add_argument("session")
     ctx.add_argument("--request", help="the incoming user input (the decision model keeps relevant entries)")
-    ctx.add_argument("--limit", type=int, default=16, help="last messages to include (default 16)")
+    ctx.add_argument("--limit", type=int, help="last messages to include (default: the context window, "
+                                               "MEMORY_CONTEXT_MESSAGES, 16)")
     ctx.add_argument("--all", action="store_true", help="keep every summary entry (no decision model)")
     ctx.add_argument("--json", action="store_true")
     ctx.set_defaults(func=cmd_context)
