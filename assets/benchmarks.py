@@ -13,7 +13,6 @@ import re
 import resource
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from assets.runner import ensure_dagster_home, partition_keys_between, run_partitions
+from assets.runner import ensure_dagster_home, partition_keys_between, run_range
 from memory_pipelines.bench import DistillBench
 from memory_pipelines.config import Settings
 from memory_pipelines.db import repository
@@ -32,7 +31,7 @@ from memory_pipelines.db.queries import query
 from memory_pipelines.evidence_set import EvidenceSet, write_evidence_set
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from memory_pipelines.llm.instant_server import InstantModelServer
-from memory_pipelines.transcripts import transcript_date_range, transcript_days
+from memory_pipelines.transcripts import transcript_date_range
 
 BENCH_DATABASE = "memory_bench_distill"
 
@@ -60,14 +59,9 @@ def _fresh_database(settings: Settings) -> str:
     return with_database(server, BENCH_DATABASE)
 
 
-def _stage_seconds(run_ids: list[str]) -> dict[str, float]:
-    instance = dg.DagsterInstance.get()
-    totals: dict[str, float] = defaultdict(float)
-    for run_id in run_ids:
-        for step in instance.get_run_step_stats(run_id):
-            if step.start_time and step.end_time:
-                totals[step.step_key] += step.end_time - step.start_time
-    return dict(totals)
+def _stage_seconds(run_id: str) -> dict[str, float]:
+    return {step.step_key: step.end_time - step.start_time
+            for step in dg.DagsterInstance.get().get_run_step_stats(run_id) if step.start_time and step.end_time}
 
 
 def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, echo: Callable[[str], None] = print) -> DistillBench:
@@ -92,13 +86,13 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, echo: Callable
                 dg.DagsterInstance.get()
                 keys = partition_keys_between(first.isoformat(), last.isoformat())
                 started = time.perf_counter()
-                runs = run_partitions(keys, echo=lambda line: None)
+                ran = run_range(keys, echo=lambda line: None)
                 seconds = time.perf_counter() - started
                 with get_pool(url).connection() as conn:
                     usage = conn.execute(query("model_usage_by_purpose")).fetchall()
                     sizes = dict(conn.execute(query("table_sizes")).fetchall())
                     messages = repository.row_counts(conn, ["messages"])["messages"]
-                stages = _stage_seconds([r.run_id for r in runs])
+                stages = _stage_seconds(ran.run_id)
         finally:
             if server is not None:
                 server.close()
@@ -117,7 +111,7 @@ def evidence_database(users: int, seed: int, embedder_id: str, *, rebuild: bool 
                       echo: Callable[[str], None] = print) -> tuple[str, EvidenceSet]:
     """The labelled evidence set distilled by the whole graph into a database of its own
     (`memory_bench_evidence_…`, named after the set and the embedder), built once and reused
-    while what it was built from matches. Only the days with messages are run."""
+    while what it was built from matches. Its days are run as one range."""
     settings = Settings.from_env()
     name = re.sub(r"[^a-z0-9]+", "_", f"memory_bench_evidence_u{users}_s{seed}_{embedder_id}".lower())[:63]
     folder = settings.home / "bench" / name
@@ -145,8 +139,9 @@ def evidence_database(users: int, seed: int, embedder_id: str, *, rebuild: bool 
         with get_pool(url).connection() as conn:
             conn.execute(query("bench_meta_create"))
             conn.execute(query("bench_meta_start"), {"params": Jsonb(params)})
-        days = [d.isoformat() for d in transcript_days(written.transcripts)]
-        run_partitions(days, echo=lambda line: echo(line) if line.startswith("[") else None)
+        first, last = transcript_date_range(written.transcripts)
+        run_range(partition_keys_between(first.isoformat(), last.isoformat()),
+                  echo=lambda line: echo(line) if line.startswith("[") else None)
         with get_pool(url).connection() as conn:
             conn.execute(query("bench_meta_complete"), {"seconds": time.perf_counter() - started})
     close_pools()

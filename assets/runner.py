@@ -1,4 +1,4 @@
-"""Running the whole asset graph in-process, partition by partition, for the CLI."""
+"""Running the whole asset graph in-process over a range of days, as one run, for the CLI."""
 
 import json
 import logging
@@ -104,8 +104,10 @@ def _progress_logger(echo: Callable[[str], None]) -> dg.LoggerDefinition:
 
 
 @dataclass(frozen=True)
-class PartitionRun:
-    partition_key: str
+class RangeRun:
+    first: str
+    last: str
+    days: int
     run_id: str
     seconds: float
     read: int  # transcript records the run read, and of them refused
@@ -150,17 +152,25 @@ def lost_storage(result: dg.ExecuteInProcessResult) -> bool:
                for event in result.all_events)
 
 
-def execute_partition(job: dg.JobDefinition, key: str, instance: dg.DagsterInstance,
-                      echo: Callable[[str], None]) -> dg.ExecuteInProcessResult:
-    """One partition's run, run again with the step retry policy's limits and pauses when
+def range_label(keys: Sequence[str]) -> str:
+    return f"partition {keys[0]}" if len(keys) == 1 else f"days {keys[0]}..{keys[-1]}"
+
+
+def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.DagsterInstance,
+                  echo: Callable[[str], None]) -> dg.ExecuteInProcessResult:
+    """One run over the consecutive days `keys` (a UI backfill with the single-run policy
+    runs the same way), run again with the step retry policy's limits and pauses when
     Dagster's storage lost its database, while creating the run or inside a step: retry
     policies cover only a step's own code. Every stage is idempotent, so a new run starts
     from what the failed one committed."""
+    # one day as a partition key, a longer range as the range tags of a single-run backfill
+    target = {"partition_key": keys[0]} if len(keys) == 1 else {"tags": {
+        "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}}
     attempt = 0
     while True:
         try:
             result = job.execute_in_process(
-                partition_key=key, instance=instance, raise_on_error=False, run_config={"loggers": {"progress": {}}}
+                instance=instance, raise_on_error=False, run_config={"loggers": {"progress": {}}}, **target
             )
             if result.success or not lost_storage(result) or attempt >= TRANSIENT_RETRIES.max_retries:
                 return result
@@ -169,13 +179,15 @@ def execute_partition(job: dg.JobDefinition, key: str, instance: dg.DagsterInsta
                 raise
         attempt += 1
         delay = TRANSIENT_RETRIES.calculate_delay(attempt)
-        echo(f"    {key}: Dagster's storage lost its database connection; running the partition again "
+        echo(f"    {range_label(keys)}: Dagster's storage lost its database connection; running them again "
              f"in {delay:.0f}s")
         time.sleep(delay)
 
 
-def run_partitions(keys: Sequence[str], echo: Callable[[str], None] = print) -> list[PartitionRun]:
-    """Materialize every asset for each partition key, in order; stop at the first failure."""
+def run_range(keys: Sequence[str], echo: Callable[[str], None] = print) -> RangeRun:
+    """Materialize every asset over the consecutive days `keys` in one run: each stage works
+    through the days in order, so a day without data costs little more than Dagster's
+    bookkeeping of it. A failed step fails the run (the days a stage committed stay)."""
     # Imported here so that the environment the CLI prepared is what the resources read.
     from assets.definitions import all_assets, distill_job
     from assets.resources import resources_from_env
@@ -186,16 +198,14 @@ def run_partitions(keys: Sequence[str], echo: Callable[[str], None] = print) -> 
     )
     job = defs.resolve_job_def("distill")
     instance = dg.DagsterInstance.get()
-    runs = []
-    for number, key in enumerate(keys, start=1):
-        echo(f"[{number}/{len(keys)}] {key}")
-        started = time.perf_counter()
-        result = execute_partition(job, key, instance, echo)
-        if not result.success:
-            raise RunFailed(f"partition {key} failed at {first_error(result)}")
-        [ingested] = result.asset_materializations_for_node("transcripts")
-        runs.append(PartitionRun(key, result.run_id, time.perf_counter() - started,
-                                 ingested.metadata["read"].value, ingested.metadata["quarantined"].value,
-                                 Counter(ingested.metadata["quarantined_by_reason"].value)))
+    echo(f"[1/1] {keys[0]} .. {keys[-1]} ({len(keys)} days, one run)")
+    started = time.perf_counter()
+    result = execute_range(job, keys, instance, echo)
+    if not result.success:
+        raise RunFailed(f"{range_label(keys)} failed at {first_error(result)}")
+    # one materialization per day, each with the range's counts
+    ingested = result.asset_materializations_for_node("transcripts")[0]
     sys.stdout.flush()
-    return runs
+    return RangeRun(keys[0], keys[-1], len(keys), result.run_id, time.perf_counter() - started,
+                    ingested.metadata["read"].value, ingested.metadata["quarantined"].value,
+                    Counter(ingested.metadata["quarantined_by_reason"].value))

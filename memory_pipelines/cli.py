@@ -111,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from memory_pipelines.db.connection import get_pool
 
     pool = get_pool(url)  # migrates before any run starts
-    from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_partitions
+    from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_range
 
     ensure_dagster_home(settings.home, settings.database_url)
     try:
@@ -120,19 +120,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(f"partitions:  {keys[0]} .. {keys[-1]} ({len(keys)} days)")
     try:
-        runs = run_partitions(keys)
+        ran = run_range(keys)
     except RunFailed as exc:
         raise CliError(str(exc)) from None
     with pool.connection() as conn:
         counts = repository.row_counts(conn, repository.list_tables(conn))
     width = max(len(t) for t in counts)
-    print(f"done: {len(runs)} partition(s) in {sum(r.seconds for r in runs):.1f}s")
+    print(f"done: {ran.days} partition(s) in {ran.seconds:.1f}s")
     for table, count in counts.items():
         print(f"  {table:<{width}}  {count:>8}")
-    read, refused = sum(r.read for r in runs), sum(r.quarantined for r in runs)
-    if read and refused == read:
-        raise CliError(f"all {read} record(s) read were refused and quarantined "
-                       f"({_refused_summary(sum((r.refused_by_reason for r in runs), start=Counter()))}): "
+    if ran.read and ran.quarantined == ran.read:
+        raise CliError(f"all {ran.read} record(s) read were refused and quarantined "
+                       f"({_refused_summary(ran.refused_by_reason)}): "
                        f"see the quarantine table; nothing was stored")
     return 0
 
@@ -780,7 +779,8 @@ def build_parser() -> argparse.ArgumentParser:
     ctx = sub.add_parser("context", help="a session's turn context: last messages and the prior summary")
     ctx.add_argument("session")
     ctx.add_argument("--request", help="the incoming user input (the decision model keeps relevant entries)")
-    ctx.add_argument("--limit", type=int, default=16, help="last messages to include (default 16)")
+    ctx.add_argument("--limit", type=int, help="last messages to include (default: the context window, "
+                                               "MEMORY_CONTEXT_MESSAGES, 16)")
     ctx.add_argument("--all", action="store_true", help="keep every summary entry (no decision model)")
     ctx.add_argument("--json", action="store_true")
     ctx.set_defaults(func=cmd_context)

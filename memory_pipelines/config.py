@@ -334,6 +334,12 @@ class DecaySettings:
                    pii_retention_days=setting("MEMORY_PII_RETENTION_DAYS"))
 
 
+def context_window() -> int:
+    """A session's last messages in the agent's context window (MEMORY_CONTEXT_MESSAGES):
+    what `context_for` serves and what chunking leaves out until the session is stale."""
+    return setting("MEMORY_CONTEXT_MESSAGES")
+
+
 @dataclass(frozen=True)
 class ApiSettings:
     """How `serve http` and `serve mcp` bound a request: its time, its body, the

@@ -24,12 +24,32 @@ from memory_pipelines.pii import sanitize
 
 # the tables whose rows record accesses (decay's boost and disuse)
 ACCESS_COUNTED = ("knowledge_entries", "memory_facts")
-# forget deletes in this order: children before what they were derived from
-FORGET_TABLES = (
-    "memory_facts_hidden", "memory_facts", "memory_fact_rejections", "memory_summary", "session_memory_state",
-    "memory_chunks", "memory_turns", "memory_turn_stats", "sketches", "recall_ledger", "knowledge_sources", "knowledge_entry_versions", "knowledge_entries", "entity_graph",
-    "error_memory", "memory_archive", "session_summary_versions", "session_summaries", "conversation_segments",
-    "llm_calls", "quarantine", "messages", "sessions",
+# forget's statements in order, children before what they were derived from, each with the
+# table it reports its rows under (hidden fact rows count as memory_facts)
+FORGET_STATEMENTS = (
+    ("forget_memory_facts_hidden", "memory_facts"),
+    ("forget_memory_facts", "memory_facts"),
+    ("forget_memory_fact_rejections", "memory_fact_rejections"),
+    ("forget_memory_summary", "memory_summary"),
+    ("forget_session_memory_state", "session_memory_state"),
+    ("forget_memory_chunks", "memory_chunks"),
+    ("forget_memory_turns", "memory_turns"),
+    ("forget_memory_turn_stats", "memory_turn_stats"),
+    ("forget_sketches", "sketches"),
+    ("forget_recall_ledger", "recall_ledger"),
+    ("forget_knowledge_sources", "knowledge_sources"),
+    ("forget_knowledge_entry_versions", "knowledge_entry_versions"),
+    ("forget_knowledge_entries", "knowledge_entries"),
+    ("forget_entity_graph", "entity_graph"),
+    ("forget_error_memory", "error_memory"),
+    ("forget_memory_archive", "memory_archive"),
+    ("forget_session_summary_versions", "session_summary_versions"),
+    ("forget_session_summaries", "session_summaries"),
+    ("forget_conversation_segments", "conversation_segments"),
+    ("forget_llm_calls", "llm_calls"),
+    ("forget_quarantine", "quarantine"),
+    ("forget_messages", "messages"),
+    ("forget_sessions", "sessions"),
 )
 
 
@@ -192,10 +212,8 @@ def forget(conn: psycopg.Connection, user_id: str, session_id: str | None = None
     params = {"user_id": user_id, "session_ids": session_ids, "whole_user": session_id is None}
     removed: dict[str, int] = {}
     conn.execute(query("forget_unhide_facts"), params)
-    for table in FORGET_TABLES:
-        count = conn.execute(query(f"forget_{table}"), params).rowcount
-        name = "memory_facts" if table == "memory_facts_hidden" else table
-        removed[name] = removed.get(name, 0) + count
+    for statement, table in FORGET_STATEMENTS:
+        removed[table] = removed.get(table, 0) + conn.execute(query(statement), params).rowcount
     conn.execute(query("record_forgotten"), {"user_id": user_id, "session_key": session_id or ""})
     repository.refresh_turn_stats(conn, [user_id])  # what the user's remaining turns count
     return removed

@@ -15,13 +15,13 @@ from datetime import UTC, datetime
 
 import psycopg
 
+from memory_pipelines.config import context_window
 from memory_pipelines.db import repository
 from memory_pipelines.db.repository import StoredFact
 from memory_pipelines.facts import render_fact
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.models import Message, Summary
 
-CONTEXT_MESSAGES = 16
 QUERY_RUN_ID = "query"
 
 
@@ -48,7 +48,10 @@ class SessionContext:
 
 
 def context_for(conn: psycopg.Connection, session_id: str, request: str | None = None, *,
-                limit: int = CONTEXT_MESSAGES, decision: ModelBackend | None = None) -> SessionContext:
+                limit: int | None = None, decision: ModelBackend | None = None) -> SessionContext:
+    """A session's last `limit` messages (default: the context window, MEMORY_CONTEXT_MESSAGES,
+    the same messages the chunker leaves out of chunks) and its prior summary."""
+    limit = context_window() if limit is None else limit
     if limit < 0:
         raise ValueError("limit must be >= 0")
     messages = tuple(repository.last_messages(conn, session_id, limit)) if limit else ()

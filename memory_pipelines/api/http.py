@@ -219,7 +219,8 @@ def create_app(service: MemoryService | None = None, settings: ApiSettings | Non
     @app.get("/v1/context/{session_id}", summary="a session's turn context: last messages, prior summary")
     async def context(request: Request, session_id: str, request_text: Annotated[str | None, Query(
                           alias="request", description="the next user message: the summary is filtered to it")] = None,
-                      limit: Annotated[int, Query(ge=0, le=200)] = 16, all_entries: bool = False) -> dict:
+                      limit: Annotated[int | None, Query(ge=0, le=200, description=(
+                          "last messages (default: the context window, MEMORY_CONTEXT_MESSAGES)"))] = None, all_entries: bool = False) -> dict:
         return await run(request, lambda c: request.app.state.service.context(
             c, session_id, request=request_text, limit=limit, all_entries=all_entries))
 

@@ -119,7 +119,8 @@ def build_server(service: MemoryService, settings: ApiSettings | None = None) ->
         "A session's turn context: its last messages and the prior-summary block, the summary's entries "
         "filtered to what `request` (the next user message) needs. Call it when a session resumes."))
     async def context(session_id: str, ctx: Context, request: str | None = None,
-                      limit: Annotated[int, Field(ge=0, le=200)] = 16) -> Result:
+                      limit: Annotated[int | None, Field(ge=0, le=200, description=(
+                          "last messages (default: the context window)"))] = None) -> Result:
         return await run(ctx, lambda c: service.context(c, session_id, request=request, limit=limit))
 
     @server.tool(description=(

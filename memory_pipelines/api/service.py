@@ -204,7 +204,7 @@ class MemoryService:
             categories[f.category] = categories.get(f.category, 0) + 1
         return {"user_id": user, "categories": [{"category": c, "facts": n} for c, n in sorted(categories.items())]}
 
-    def context(self, caller: Caller, session_id: str, *, request: str | None = None, limit: int = 16,
+    def context(self, caller: Caller, session_id: str, *, request: str | None = None, limit: int | None = None,
                 all_entries: bool = False) -> dict:
         """A session's turn context: its last messages and the prior-summary block, the
         entries relevant to the request kept (the configured decision model)."""
@@ -212,7 +212,8 @@ class MemoryService:
         try:
             with self._conn() as conn:
                 self._own_session(conn, caller, session_id)
-                ctx = context_for(conn, session_id, request, limit=max(0, min(200, limit)), decision=decision)
+                bounded = None if limit is None else max(0, min(200, limit))
+                ctx = context_for(conn, session_id, request, limit=bounded, decision=decision)
         finally:
             if decision is not None:
                 decision.close()

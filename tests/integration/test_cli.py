@@ -44,8 +44,9 @@ def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
     assert "postgresql+psycopg2://" in dagster_yaml.read_text() and "search_path%3Ddagster" in dagster_yaml.read_text()
     assert dagster_yaml.stat().st_mode & 0o077 == 0  # it holds the database URL: its owner's only
     with psycopg.connect(database_url) as conn:
-        days = first.stdout.count("] 2026-10-")
-        assert conn.execute("SELECT count(*) FROM dagster.runs WHERE status = 'SUCCESS'").fetchone()[0] == days > 0
+        # the whole range is one run, as a UI backfill with the single-run policy
+        assert first.stdout.count("[1/1] ") == 1 and " days, one run)" in first.stdout
+        assert conn.execute("SELECT count(*) FROM dagster.runs WHERE status = 'SUCCESS'").fetchone()[0] == 1
         assert conn.execute("SELECT count(*) FROM dagster.event_logs").fetchone()[0] > 0
         assert conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public' "
                             "AND table_name IN ('runs', 'event_logs')").fetchone()[0] == 0

@@ -29,10 +29,10 @@ from tests.helpers import ENTRY, content_fingerprints, materialize_partitions, p
 
 USERS = ("alice", "bob")
 DAYS = ["2026-10-01", "2026-10-02"]  # both users have sessions on both days
-# A run prints "[i/n] day", then one "    asset: ..." line per asset as it finishes, per day.
-PROGRESS_LINES = len(DAYS) * (1 + len(all_assets))
-# Kill n picks its moment with seed KILL_SEEDS[n] in the n-th third of the run; these land in
-# memory_facts of day 1, knowledge_entries of day 1 and session_summaries of day 2.
+# A run (both days in one) prints "[1/1] days", then one "    asset: ..." line per asset as it
+# finishes.
+PROGRESS_LINES = 1 + len(all_assets)
+# Kill n picks its moment with seed KILL_SEEDS[n] in the n-th third of the run.
 KILL_SEEDS = (5, 14, 9)
 RESTART_SEED = 7
 
@@ -193,7 +193,7 @@ def test_a_database_restart_mid_run_fails_it_cleanly_or_is_retried_and_the_next_
         if code == 1:
             reasons = [line for line in err.splitlines() if line.startswith("memory-pipelines: error: ")]
             assert len(reasons) == 1 and "Traceback" not in err, err
-            assert reasons[0].startswith("memory-pipelines: error: partition 2026-10-0"), reasons
+            assert reasons[0].startswith("memory-pipelines: error: days 2026-10-01..2026-10-02 failed at "), reasons
         assert partial_writes(url) == {}
 
         with cli_run(folder, env, tmp_path / "retried.err") as run:
@@ -249,6 +249,6 @@ def test_a_run_whose_dagster_storage_write_fails_runs_the_partition_again_and_co
     with cli_run(folder, env, tmp_path / "storage.err") as run:
         code, out, err = run.finish()
     assert code == 0, f"{out}\n{err}"
-    assert f"    {DAYS[0]}: Dagster's storage lost its database connection; running the partition again" in out
+    assert f"    days {DAYS[0]}..{DAYS[-1]}: Dagster's storage lost its database connection; running them again" in out
     assert partial_writes(url) == {}
     assert content_fingerprints(url) == undisturbed
