@@ -14,7 +14,7 @@ from datetime import date
 from pathlib import Path
 
 from memory_pipelines.config import ConfigError, Settings, validate_environment
-from memory_pipelines.models import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
+from memory_pipelines.records import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
 
 
 class CliError(RuntimeError):

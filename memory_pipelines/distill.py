@@ -23,7 +23,7 @@ from memory_pipelines.facts import render_for_extraction, validate_items
 from memory_pipelines.knowledge import ERROR_TTL, prepare, resolved_errors
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError, estimate_tokens, render_transcript
 from memory_pipelines.llm.prompts import EXTRACT_FACTS, JUDGE_SEGMENTS, SUMMARIZE_FACTS, SYNTHESIZE_KNOWLEDGE
-from memory_pipelines.models import Message, Segment, TimeWindow
+from memory_pipelines.records import Message, Segment, TimeWindow
 from memory_pipelines.segments import (
     MISSING_VERDICT, SessionJudgement, cut_segments, judge_session, judge_sessions, judgement_fingerprint,
 )

@@ -18,7 +18,7 @@ from memory_pipelines.llm.prompts import (
     EXTRACT_FACTS, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS,
     SYNTHESIZE_KNOWLEDGE, Prompt,
 )
-from memory_pipelines.models import Message, NoiseVerdict, Segment, Summary, SummaryFormatError
+from memory_pipelines.records import Message, NoiseVerdict, Segment, Summary, SummaryFormatError
 from memory_pipelines.rules import facts as rules_facts
 from memory_pipelines.rules import knowledge as rules_knowledge
 from memory_pipelines.rules import noise as rules_noise
