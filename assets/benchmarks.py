@@ -1,4 +1,4 @@
-"""`memory-pipelines bench distill|cost`: generated transcripts through the whole asset graph.
+"""`memory-pipelines bench distill|cost|backfill`: generated transcripts through the whole asset graph.
 
 Both run in a database of their own on the configured server (`memory_bench_distill`,
 rebuilt each time), never in the user's. `distill` uses the offline back ends (rules,
@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import date, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -23,7 +24,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from assets.runner import ensure_dagster_home, partition_keys_between, run_range
-from memory_pipelines.bench import DistillBench
+from memory_pipelines.bench import BackfillBench, DistillBench
 from memory_pipelines.config import Settings
 from memory_pipelines.db import repository
 from memory_pipelines.db.connection import close_pools, get_pool, resolve_url, with_database
@@ -31,7 +32,7 @@ from memory_pipelines.db.queries import query
 from memory_pipelines.evidence_set import EvidenceSet, write_evidence_set
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from memory_pipelines.llm.instant_server import InstantModelServer
-from memory_pipelines.transcripts import transcript_date_range
+from memory_pipelines.transcripts import transcript_date_range, transcript_days
 
 BENCH_DATABASE = "memory_bench_distill"
 
@@ -72,6 +73,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, echo: Callable
         echo(f"generated {stats.messages:,} messages in {stats.sessions:,} sessions of {stats.users:,} users")
         url = _fresh_database(settings)
         first, last = transcript_date_range(transcripts)
+        days_with_data = len(transcript_days(transcripts))
         server = InstantModelServer() if cost else None
         env = {"MEMORY_DATABASE_URL": url, "MEMORY_TRANSCRIPTS": str(transcripts),
                "MEMORY_EMBED_BACKEND": os.environ.get("MEMORY_EMBED_BACKEND", "hashing")}
@@ -99,12 +101,26 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, echo: Callable
             close_pools()
     return DistillBench(
         backend="ollama (instant server)" if cost else "rules (offline)",
-        users=stats.users, sessions=stats.sessions, messages=messages, days=len(keys), seconds=seconds,
+        users=stats.users, sessions=stats.sessions, messages=messages, days=len(keys), days_with_data=days_with_data,
+        seconds=seconds,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         stage_seconds=stages, table_bytes=sizes,
         calls_by_purpose={purpose: calls for purpose, calls, _ in usage},
         tokens_by_purpose={purpose: tokens for purpose, _, tokens in usage},
     )
+
+
+def run_backfill_benchmark(users: int, sessions: int, seed: int, short_days: int, long_days: int, *,
+                           echo: Callable[[str], None] = print) -> BackfillBench:
+    """The same generated users and sessions spread over `short_days` and over `long_days`
+    (each ending yesterday), each range distilled as one run in a fresh database: what a
+    long backfill costs beyond its data."""
+    runs = []
+    for days in (short_days, long_days):
+        config = GeneratorConfig(users=users, sessions=sessions, seed=seed, days=days,
+                                 start=date.today() - timedelta(days=days))
+        runs.append(run_distill_benchmark(config, cost=False, echo=echo))
+    return BackfillBench(*runs)
 
 
 def evidence_database(users: int, seed: int, embedder_id: str, *, rebuild: bool = False,

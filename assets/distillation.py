@@ -12,7 +12,6 @@ from assets.transcripts import partition_label
 from memory_pipelines.config import Settings
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.distill import CallContext, StageReport, judge_days, summarize_range
-from memory_pipelines.llm.backends import BUDGET_REACHED
 from memory_pipelines.reporting import markdown_table
 
 
@@ -22,7 +21,7 @@ def call_metadata(report: StageReport) -> dict:
     return {
         "model_calls": len(calls),
         "model_calls_failed": sum(1 for c in calls if c.status != "ok"),
-        "model_calls_over_budget": sum(1 for c in calls if (c.error or "").startswith(BUDGET_REACHED)),
+        "model_calls_over_budget": sum(c.budget_reached for c in calls),
         "input_tokens": sum(c.input_tokens for c in calls),
         "output_tokens": sum(c.output_tokens for c in calls),
         "estimated_cost_usd": round(sum(c.cost_usd for c in calls if c.cost_usd is not None), 6),
@@ -55,7 +54,7 @@ def conversation_segments(
         report = judge_days(pool, keys, judge, CallContext(context.run_id, "conversation_segments"),
                             decision.concurrency)
     for failure in report.failures:
-        context.log.warning(failure)
+        context.log.warning(str(failure))
     counts = report.counts
     context.log.info("%s: %d segments judged (%d dropped), %d unchanged, %d model calls", partition_label(context),
                      counts["segments_judged"], counts["segments_dropped"], counts["segments_reused"], len(report.calls))
@@ -66,7 +65,7 @@ def conversation_segments(
         "segments_dropped": counts["segments_dropped"],
         "segments_unchanged": counts["segments_reused"],
         "judging_failed": counts["segments_judge_failed"],
-        "dropped_by_reason": {k.split(":", 1)[1]: v for k, v in sorted(counts.items()) if k.startswith("dropped:")},
+        "dropped_by_reason": dict(sorted(report.dropped_by_reason.items())),
         **call_metadata(report),
         "preview": dg.MetadataValue.md(markdown_table(
             report.preview, ["segment", "messages", "dropped", "reason", "confidence", "first"])),
@@ -108,14 +107,14 @@ def session_summaries(
             concurrency=llm.concurrency, partition_start=Settings.from_env().partition_start.isoformat(),
         )
     counts = report.counts
-    built = sum(v for k, v in counts.items() if k.startswith("versions_") and k != "versions_reused")
+    built = sum(report.versions_by_kind.values())
     metadata = {
         "partitions": partition_label(context),
         "sessions": counts["sessions"],
         "versions_built": built,
         "versions_reused": counts["versions_reused"],
-        "chunks_summarized": counts["versions_chunk"],
-        "trim_or_cursor_only": counts["versions_trim"] + counts["versions_cursor_only"],
+        "chunks_summarized": report.versions_by_kind["chunk"],
+        "trim_or_cursor_only": report.versions_by_kind["trim"] + report.versions_by_kind["cursor_only"],
         "rebuilt_from_changed_day": counts["rebuilt_from_changed_day"],
         "sessions_incomplete": counts["sessions_incomplete"],
         **call_metadata(report),
@@ -128,7 +127,7 @@ def session_summaries(
         raise dg.Failure(
             description=f"{len(report.failures)} session(s) stopped at a failed model call: {report.failures[0]}",
             metadata={**metadata, "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in report.failures))},
-            allow_retries=not all(BUDGET_REACHED in f for f in report.failures),
+            allow_retries=not all(f.budget_reached for f in report.failures),
         )
     context.log.info("%s: %d sessions, %d versions built, %d reused, %d model calls", partition_label(context),
                      counts["sessions"], built, counts["versions_reused"], len(report.calls))

@@ -53,7 +53,7 @@ def knowledge_entries(
                                             CallContext(context.run_id, "knowledge_entries"), settings,
                                             llm.concurrency)
     for failure in report.failures:
-        context.log.warning(failure)
+        context.log.warning(str(failure))
     counts = report.counts
     context.log.info("%s: %d entries seen, %d written, %d relations", partition_label(context),
                      counts["entries_seen"], counts["entries_written"], counts["relations"])

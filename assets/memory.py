@@ -41,7 +41,7 @@ def memory_facts(
             stale_after=timedelta(minutes=memory_settings.stale_minutes), concurrency=llm.concurrency,
         )
     for failure in report.failures:
-        context.log.warning(failure)
+        context.log.warning(str(failure))
     counts = report.counts
     context.log.info("%s: %d sessions extracted, %d facts accepted, %d rejected, %d model calls",
                      partition_label(context), counts["sessions_extracted"], counts["facts_accepted"],

@@ -12,7 +12,7 @@ from assets.partitions import DAILY_ASSET
 from assets.resources import PostgresResource, TranscriptSource
 from memory_pipelines.db import repository
 from memory_pipelines.ingest import plan_ingest
-from memory_pipelines.models import TimeWindow
+from memory_pipelines.records import TimeWindow
 from memory_pipelines.reporting import markdown_table
 from memory_pipelines.transcripts import SKIPPED_SHOWN, describe_skipped, scan_transcripts
 

@@ -162,7 +162,8 @@ class DistillBench:
     users: int
     sessions: int
     messages: int
-    days: int
+    days: int  # the range run, first to last day with messages
+    days_with_data: int
     seconds: float
     peak_rss_mb: float
     stage_seconds: dict[str, float]
@@ -211,6 +212,34 @@ def distill_markdown(result: DistillBench) -> str:
     largest = sorted(result.table_bytes.items(), key=lambda kv: (-kv[1], kv[0]))[:12]
     lines += ["", f"peak memory {result.peak_rss_mb:,.0f} MB", "", "| table (largest 12) | size |", "|---|---|"]
     lines += [f"| {table} | {size / 1_048_576:,.2f} MB |" for table, size in largest]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class BackfillBench:
+    """The same generated sessions over a short and a long range (`bench backfill`)."""
+    short: DistillBench
+    long: DistillBench
+
+    @property
+    def ratio(self) -> float:
+        return self.long.seconds / self.short.seconds if self.short.seconds else 0.0
+
+    def to_json(self) -> dict:
+        return {"short": self.short.to_json(), "long": self.long.to_json(), "ratio": self.ratio,
+                "target_ratio": BACKFILL_TARGET_RATIO}
+
+
+BACKFILL_TARGET_RATIO = 1.5
+
+
+def backfill_markdown(result: BackfillBench) -> str:
+    lines = ["| range | days with data | messages | seconds | seconds per day | messages/s |", "|---|---|---|---|---|---|"]
+    for run in (result.short, result.long):
+        lines.append(f"| {run.days} days | {run.days_with_data} | {run.messages:,} | {run.seconds:.1f} | "
+                     f"{run.seconds / run.days:.2f} | {run.messages_per_s:,.0f} |")
+    lines += ["", f"long / short: {result.ratio:.2f}x (target at most {BACKFILL_TARGET_RATIO}x); "
+                  f"model back end {result.short.backend}"]
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ import psycopg
 from memory_pipelines.chunks import CHUNK_MAX_CHARS, CHUNK_MESSAGE_MAX_CHARS
 from memory_pipelines.db import repository
 from memory_pipelines.knowledge import CONSENT, KINDS, SCOPES
-from memory_pipelines.models import (
+from memory_pipelines.records import (
     MAX_KEY_DECISIONS, MAX_KEYS, MAX_PAST_DISCUSSIONS, ROLES, SUMMARY_FIELDS, QuarantineReason,
 )
 from memory_pipelines.quality import QualityResult, validate_frame

@@ -19,7 +19,7 @@ from datetime import datetime
 
 from memory_pipelines.config import SPECS
 from memory_pipelines.breadcrumbs import MAX_BREADCRUMBS, extract_breadcrumbs, merge_breadcrumbs
-from memory_pipelines.models import Message
+from memory_pipelines.records import Message
 
 CHUNK_MAX_CHARS = 4000
 CHUNK_MESSAGE_MAX_CHARS = 12_000

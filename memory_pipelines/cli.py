@@ -14,7 +14,7 @@ from datetime import date
 from pathlib import Path
 
 from memory_pipelines.config import ConfigError, Settings, validate_environment
-from memory_pipelines.models import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
+from memory_pipelines.records import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
 
 
 class CliError(RuntimeError):
@@ -301,6 +301,21 @@ def cmd_bench_distill(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     result = run_distill_benchmark(config, cost=args.kind == "cost", echo=lambda line: print(line, file=sys.stderr))
     print(json.dumps(result.to_json(), indent=2) if args.json else bench.distill_markdown(result))
+    return 0
+
+
+def cmd_bench_backfill(args: argparse.Namespace) -> int:
+    from assets.benchmarks import run_backfill_benchmark
+    from memory_pipelines import bench
+
+    if not 1 <= args.short_days < args.long_days:
+        raise UsageError(f"--short-days {args.short_days} must be at least 1 and below --long-days {args.long_days}")
+    try:
+        result = run_backfill_benchmark(args.users, args.sessions, args.seed, args.short_days, args.long_days,
+                                        echo=lambda line: print(line, file=sys.stderr, flush=True))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(result.to_json(), indent=2) if args.json else bench.backfill_markdown(result))
     return 0
 
 
@@ -831,6 +846,16 @@ def build_parser() -> argparse.ArgumentParser:
         distill.add_argument("--seed", type=int, default=0)
         distill.add_argument("--json", action="store_true")
         distill.set_defaults(func=cmd_bench_distill)
+    backfill = kinds.add_parser(
+        "backfill", help="the same generated sessions over a short and a long range (default 30 and 720 days), "
+                         "each distilled as one run in a fresh database, offline back ends: what empty days cost")
+    backfill.add_argument("--users", type=int, default=20, help="generated users (default 20)")
+    backfill.add_argument("--sessions", type=int, default=200, help="generated sessions (default 200)")
+    backfill.add_argument("--seed", type=int, default=3)
+    backfill.add_argument("--short-days", type=int, default=30, help="default 30")
+    backfill.add_argument("--long-days", type=int, default=720, help="default 720")
+    backfill.add_argument("--json", action="store_true")
+    backfill.set_defaults(func=cmd_bench_backfill)
     search_bench = kinds.add_parser(
         "search", help="search latency (p50/p95/p99) and vector recall@10 on a synthetic database of its own")
     search_bench.add_argument("--users", type=int, default=1_000, help="default 1,000")

@@ -23,7 +23,7 @@ from memory_pipelines.facts import render_for_extraction, validate_items
 from memory_pipelines.knowledge import ERROR_TTL, prepare, resolved_errors
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError, estimate_tokens, render_transcript
 from memory_pipelines.llm.prompts import EXTRACT_FACTS, JUDGE_SEGMENTS, SUMMARIZE_FACTS, SYNTHESIZE_KNOWLEDGE
-from memory_pipelines.models import Message, Segment, TimeWindow
+from memory_pipelines.records import Message, Segment, TimeWindow
 from memory_pipelines.segments import (
     MISSING_VERDICT, SessionJudgement, cut_segments, judge_session, judge_sessions, judgement_fingerprint,
 )
@@ -35,19 +35,39 @@ log = logging.getLogger(__name__)
 ONE_DAY = timedelta(days=1)
 
 
+@dataclass(frozen=True)
+class StageFailure:
+    """A session (or a user's memory summary) a stage left as it was, and why; the next run
+    or the step's retry does it again."""
+
+    session_id: str | None
+    partition_key: str | None
+    reason: str
+    budget_reached: bool = False  # stopped by the run's token budget: a retry cannot help
+    user_id: str | None = None  # for work of a user's rather than a session's
+
+    def __str__(self) -> str:
+        subject = self.session_id or f"memory_summary of {self.user_id}"
+        return f"{subject} {self.partition_key}: {self.reason}" if self.partition_key else f"{subject}: {self.reason}"
+
+
 @dataclass
 class StageReport:
     """What a stage did, for materialization metadata."""
 
     counts: Counter = field(default_factory=Counter)
     calls: list[ModelCall] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
+    failures: list[StageFailure] = field(default_factory=list)
+    dropped_by_reason: Counter = field(default_factory=Counter)  # segments the noise filter dropped
+    versions_by_kind: Counter = field(default_factory=Counter)  # summary versions built: chunk, trim, ...
     preview: list[dict] = field(default_factory=list)
     users: set[str] = field(default_factory=set)  # users whose rows the stage wrote
     sessions: set[str] = field(default_factory=set)  # sessions whose rows the stage wrote
 
     def merge(self, other: "StageReport") -> None:
         self.counts.update(other.counts)
+        self.dropped_by_reason.update(other.dropped_by_reason)
+        self.versions_by_kind.update(other.versions_by_kind)
         self.users |= other.users
         self.sessions |= other.sessions
         self.calls.extend(other.calls)
@@ -79,7 +99,7 @@ def _store_judgement(conn: psycopg.Connection, partition_key: str, judgement: Se
         if judged.status == "failed":
             report.counts["segments_judge_failed"] += 1
         if judged.dropped:
-            report.counts[f"dropped:{judged.verdict.reason}"] += 1
+            report.dropped_by_reason[judged.verdict.reason] += 1
         report.preview.append({
             "segment": judged.segment.segment_id, "messages": len(judged.segment.messages),
             "dropped": judged.dropped, "reason": judged.verdict.reason, "confidence": judged.verdict.confidence,
@@ -87,9 +107,12 @@ def _store_judgement(conn: psycopg.Connection, partition_key: str, judgement: Se
         })
     failed = sum(j.status == "failed" for j in judgement.judged)
     if judgement.call.status != "ok":
-        report.failures.append(f"{session_id} {partition_key}: judging failed, all kept: {judgement.call.describe()}")
+        report.failures.append(StageFailure(session_id, partition_key,
+                                            f"judging failed, all kept: {judgement.call.describe()}",
+                                            judgement.call.budget_reached))
     elif failed:
-        report.failures.append(f"{session_id} {partition_key}: {failed} segments kept unjudged: {MISSING_VERDICT}")
+        report.failures.append(StageFailure(session_id, partition_key,
+                                            f"{failed} segments kept unjudged: {MISSING_VERDICT}"))
     return report
 
 
@@ -235,7 +258,7 @@ def summarize_range(pool: ConnectionPool, partition_keys: Sequence[str], summari
                         repository.insert_llm_calls(conn, event.calls, run_id=ctx.run_id, asset=ctx.asset,
                                                     partition_key=v.partition_key, session_id=session_id)
                         report.calls.extend(event.calls)
-                        report.counts[f"versions_{v.kind}"] += 1
+                        report.versions_by_kind[v.kind] += 1
                         report.preview.append({"session": session_id, "version": v.version, "day": v.partition_key,
                                                "step": f"{v.step}/{v.step_count}", "cursor_seq": v.cursor_seq,
                                                "current": v.summary.current_discussion})
@@ -248,8 +271,9 @@ def summarize_range(pool: ConnectionPool, partition_keys: Sequence[str], summari
                         repository.insert_llm_calls(conn, event.calls, run_id=ctx.run_id, asset=ctx.asset,
                                                     partition_key=event.partition_key, session_id=session_id)
                         report.calls.extend(event.calls)
-                        report.failures.append(
-                            f"{session_id} {event.partition_key} chunk {event.step}: {event.reason}")
+                        report.failures.append(StageFailure(
+                            session_id, event.partition_key, f"chunk {event.step}: {event.reason}",
+                            any(c.budget_reached for c in event.calls)))
                         report.counts["sessions_incomplete"] += 1
         report.counts["sessions"] += 1
         return report
@@ -277,7 +301,7 @@ def refresh_memory_summary(conn: psycopg.Connection, user_id: str, writer: Model
         content, call = writer.summarize_facts([(f.category, f.key, f.value) for f in facts])
     except ModelError as exc:
         call, content = exc.call, None
-        report.failures.append(f"memory_summary of {user_id}: {exc}")
+        report.failures.append(StageFailure(None, None, str(exc), exc.call.budget_reached, user_id))
     repository.insert_llm_calls(conn, [call], run_id=ctx.run_id, asset=ctx.asset, partition_key=partition_key,
                                 session_id=None)
     report.calls.append(call)
@@ -307,7 +331,8 @@ def extract_facts_for_days(pool: ConnectionPool, partition_keys: Sequence[str], 
                 repository.lock_session(conn, session.session_id)
                 if repository.session_judging_failed(conn, session.session_id, key):
                     # its noise is not known yet: facts taken from noise now would stay for good
-                    part.failures.append(f"{session.session_id}: noise judging failed, extraction left due")
+                    part.failures.append(StageFailure(session.session_id, None,
+                                                      "noise judging failed, extraction left due"))
                     part.counts["sessions_failed"] += 1
                     return part
                 messages = repository.session_messages_before(conn, session.session_id, end)
@@ -321,7 +346,8 @@ def extract_facts_for_days(pool: ConnectionPool, partition_keys: Sequence[str], 
                     repository.insert_llm_calls(conn, [exc.call], run_id=ctx.run_id, asset=ctx.asset,
                                                 partition_key=key, session_id=session.session_id)
                     part.calls.append(exc.call)
-                    part.failures.append(f"{session.session_id}: extraction failed, left due: {exc}")
+                    part.failures.append(StageFailure(session.session_id, None, f"extraction failed, left due: {exc}",
+                                                      exc.call.budget_reached))
                     part.counts["sessions_failed"] += 1
                     return part
                 repository.insert_llm_calls(conn, [call], run_id=ctx.run_id, asset=ctx.asset, partition_key=key,
@@ -460,7 +486,8 @@ def distill_knowledge_for_days(pool: ConnectionPool, partition_keys: Sequence[st
                     raw, call = synthesizer.synthesize_knowledge(kept, render_for_extraction(kept), summary)
                 except ModelError as exc:
                     call, raw = exc.call, None
-                    part.failures.append(f"{session_id} {key}: knowledge synthesis failed: {exc}")
+                    part.failures.append(StageFailure(session_id, key, f"knowledge synthesis failed: {exc}",
+                                                      exc.call.budget_reached))
                 repository.insert_llm_calls(conn, [call], run_id=ctx.run_id, asset=ctx.asset, partition_key=key,
                                             session_id=session_id)
                 part.calls.append(call)

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 
 from memory_pipelines.llm.backends import TOOL_OUTPUT_CHARS, render_message
-from memory_pipelines.models import Message
+from memory_pipelines.records import Message
 
 EXTRACTION_CHARS = 12_000
 SOURCES = ("conversation", "tool_call", "auto_discovery", "user_explicit")

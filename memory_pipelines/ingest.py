@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from memory_pipelines.models import IngestPlan, Message, QuarantinedRecord, QuarantineReason, StoredMessage, TranscriptScan
+from memory_pipelines.records import IngestPlan, Message, QuarantinedRecord, QuarantineReason, StoredMessage, TranscriptScan
 
 
 def _refuse(message: Message, reason: QuarantineReason, detail: str) -> QuarantinedRecord:

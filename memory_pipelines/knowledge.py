@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import jsonschema
 
 from memory_pipelines.config import CONSENT_BASES
-from memory_pipelines.models import Message
+from memory_pipelines.records import Message
 from memory_pipelines.pii import sanitize
 from memory_pipelines.rules.text import clip
 

@@ -20,7 +20,7 @@ from memory_pipelines.db import repository
 from memory_pipelines.db.repository import StoredFact
 from memory_pipelines.facts import render_fact
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
-from memory_pipelines.models import Message, Summary
+from memory_pipelines.records import Message, Summary
 
 QUERY_RUN_ID = "query"
 

@@ -21,7 +21,7 @@ from psycopg.rows import dict_row
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder, EmbeddingError
 from memory_pipelines.knowledge import Triple, superseded_by
-from memory_pipelines.models import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
+from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
 from memory_pipelines.passages import (
     AFTER, BEFORE, Budget, Passage, Turn, TurnSearch, fill_passages, search_passages,
 )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.llm.prompts import JUDGE_SEGMENTS
-from memory_pipelines.models import Message, NoiseVerdict, Segment
+from memory_pipelines.records import Message, NoiseVerdict, Segment
 from memory_pipelines.rules.noise import DROP_THRESHOLD
 
 

@@ -24,7 +24,7 @@ from datetime import datetime
 from memory_pipelines.config import SPECS
 from memory_pipelines.llm.backends import SUMMARY_TOOL_CHARS, ModelBackend, ModelCall, ModelError, render_message
 from memory_pipelines.llm.prompts import FIND_OVERTURNED, SUMMARIZE
-from memory_pipelines.models import Message, Summary
+from memory_pipelines.records import Message, Summary
 
 SUMMARY_CHUNK_CHARS = SPECS["MEMORY_SUMMARY_CHUNK_CHARS"].default
 ELISION = "\n[… {n} characters elided …]\n"

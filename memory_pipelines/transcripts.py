@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from memory_pipelines.db.queries import query
-from memory_pipelines.models import Message, QuarantinedRecord, QuarantineReason, TimeWindow, TranscriptScan
+from memory_pipelines.records import Message, QuarantinedRecord, QuarantineReason, TimeWindow, TranscriptScan
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 ACCEPTED_KINDS = ".jsonl or .ndjson (JSON Lines), .parquet, or .json such as history.json (a JSON array of messages)"

@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
-from memory_pipelines.models import Message, TurnRow
+from memory_pipelines.records import Message, TurnRow
 from memory_pipelines.rules.text import detect_language
 
 TOOL_RESULT_CHARS = 2000

@@ -27,7 +27,7 @@ from memory_pipelines.api.asgi import AccessLog, BodyLimit, bearer, note_key
 from memory_pipelines.api.service import ApiError, Caller, MemoryService
 from memory_pipelines.config import ApiSettings
 from memory_pipelines.facts import SOURCES
-from memory_pipelines.models import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
+from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
 
 log = logging.getLogger("memory_pipelines.api")
 

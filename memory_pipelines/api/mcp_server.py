@@ -24,7 +24,7 @@ from memory_pipelines.api.asgi import ASGIApp, AccessLog, Receive, Scope, Send, 
 from memory_pipelines.api.service import ApiError, Caller, MemoryService, Unauthorized
 from memory_pipelines.config import ApiSettings, setting
 from memory_pipelines.facts import SOURCES
-from memory_pipelines.models import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
+from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
 
 log = logging.getLogger("memory_pipelines.api")
 

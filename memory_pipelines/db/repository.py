@@ -19,7 +19,7 @@ from memory_pipelines.db.queries import query
 from memory_pipelines.facts import FactCandidate, Rejection
 from memory_pipelines.knowledge import FUNCTIONAL_RELATIONS, EntryCandidate, RelationCandidate
 from memory_pipelines.llm.backends import ModelCall
-from memory_pipelines.models import Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow
+from memory_pipelines.records import Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow
 from memory_pipelines.segments import SessionJudgement
 from memory_pipelines.summaries import StoredVersion, SummaryState, SummaryVersion
 

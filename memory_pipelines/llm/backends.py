@@ -18,7 +18,7 @@ from memory_pipelines.llm.prompts import (
     EXTRACT_FACTS, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS,
     SYNTHESIZE_KNOWLEDGE, Prompt,
 )
-from memory_pipelines.models import Message, NoiseVerdict, Segment, Summary, SummaryFormatError
+from memory_pipelines.records import Message, NoiseVerdict, Segment, Summary, SummaryFormatError
 from memory_pipelines.rules import facts as rules_facts
 from memory_pipelines.rules import knowledge as rules_knowledge
 from memory_pipelines.rules import noise as rules_noise
@@ -46,6 +46,7 @@ class ModelCall:
     error: str | None = None
     attempts: int = 1
     cost_usd: float | None = None  # estimated from the price table; None: the model is not priced
+    budget_reached: bool = False  # not made: the run's token budget was spent
 
     def describe(self) -> str:
         """One line naming the call and its outcome, as failures are reported."""
@@ -116,7 +117,8 @@ class ModelBackend(ABC):
         budget = self.config.token_budget
         if budget and self._spent is not None and self._spent() >= budget:
             raise ModelError(ModelCall(prompt.purpose, self.name, self.model, self.prompt_version(prompt), 0, 0,
-                                       True, 0.0, "error", f"{BUDGET_REACHED}: {budget} tokens per run", 0, 0.0))
+                                       True, 0.0, "error", f"{BUDGET_REACHED}: {budget} tokens per run", 0, 0.0,
+                                       budget_reached=True))
 
     def _call(self, prompt: Prompt, input_tokens: int, output_tokens: int, estimated: bool, started: float,
               status: str, error: str | None = None, attempts: int = 1) -> ModelCall:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-from memory_pipelines.models import Message
+from memory_pipelines.records import Message
 
 _NAME = r"([A-ZÀ-Þ][\w'’-]+(?:\s+[A-ZÀ-Þ][\w'’-]+){0,2})"
 _PLACE = r"([A-ZÀ-Þ][\w'’-]+(?:,? [A-ZÀ-Þ][\w'’-]+){0,3})"

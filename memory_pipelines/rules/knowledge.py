@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from memory_pipelines.models import Message, Summary
+from memory_pipelines.records import Message, Summary
 from memory_pipelines.rules.facts import extract_facts
 from memory_pipelines.rules.text import clip, sentences
 

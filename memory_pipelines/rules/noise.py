@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from memory_pipelines.models import NoiseVerdict, Segment
+from memory_pipelines.records import NoiseVerdict, Segment
 from memory_pipelines.rules.text import normalize, words
 
 GREETINGS = {

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 
 from memory_pipelines.breadcrumbs import extract_breadcrumbs, merge_breadcrumbs
-from memory_pipelines.models import Message, Summary
+from memory_pipelines.records import Message, Summary
 from memory_pipelines.rules.text import clip, content_words, detect_language, sentences
 
 _DECISION = re.compile(

@@ -21,7 +21,7 @@ from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import EmbedConfig, build_embedder
-from memory_pipelines.models import Message
+from memory_pipelines.records import Message
 from memory_pipelines.search import UnifiedMemorySearch, format_served, recall
 from memory_pipelines.turns import build_turns, window_text
 from tests.helpers import content_fingerprints, materialize_partitions, materialize_range, pipeline_resources

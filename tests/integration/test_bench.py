@@ -84,3 +84,18 @@ def test_bench_serve_says_what_to_fix(database_url):
     assert bad.returncode == 2 and "--clients 0: from 1 to 1000" in bad.stderr
     empty = cli("bench", "serve", "--seconds", "1")
     assert empty.returncode == 1 and "no facts to search: `memory-pipelines run`" in empty.stderr
+
+
+@pytest.mark.slow
+def test_bench_backfill_runs_the_same_sessions_over_a_short_and_a_long_range(database_url):
+    done = cli("bench", "backfill", "--users", "2", "--sessions", "4", "--short-days", "3", "--long-days", "12",
+               "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    short, long = figures["short"], figures["long"]
+    assert short["sessions"] == long["sessions"] == 4 and short["messages"] > 0 and long["messages"] > 0
+    assert short["days"] <= 3 and 3 < long["days"] <= 12
+    assert 1 <= short["days_with_data"] <= short["days"] and 1 <= long["days_with_data"] <= long["days"]
+    assert figures["ratio"] == pytest.approx(long["seconds"] / short["seconds"])
+    bad = cli("bench", "backfill", "--short-days", "30", "--long-days", "30")
+    assert bad.returncode == 2 and "--short-days 30 must be at least 1 and below --long-days 30" in bad.stderr

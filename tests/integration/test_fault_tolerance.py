@@ -102,6 +102,7 @@ def cli_env(tmp_path: Path, **extra: str) -> dict:
             "PYTHONUNBUFFERED": "1", **extra}
 
 
+@pytest.mark.slow
 def test_a_run_killed_at_seeded_moments_then_run_again_ends_with_the_undisturbed_tables(undisturbed, folder,
                                                                                         tmp_path):
     """On the embedded server, as a user runs it: each SIGKILL leaves the killed process's pid

@@ -9,7 +9,7 @@ import pytest
 from memory_pipelines.llm import ModelConfig, ModelError, build_backend
 from memory_pipelines.llm.config import chat_config, decision_config
 from memory_pipelines.llm.prompts import SUMMARIZE
-from memory_pipelines.models import Message, Summary
+from memory_pipelines.records import Message, Summary
 from memory_pipelines.segments import cut_segments
 from tests.fakes import FakeModelServer, Fault
 

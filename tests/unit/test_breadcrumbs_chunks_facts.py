@@ -11,7 +11,7 @@ from memory_pipelines.chunks import CHUNK_MAX_CHARS, Chunk, chunk_breadcrumbs, c
 from memory_pipelines.facts import (
     EXTRACTION_CHARS, canonical_key, normalize_key, render_fact, render_for_extraction, validate_items,
 )
-from memory_pipelines.models import Message
+from memory_pipelines.records import Message
 from memory_pipelines.rules.facts import extract_facts
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
-from memory_pipelines.models import TimeWindow
+from memory_pipelines.records import TimeWindow
 from memory_pipelines.transcripts import scan_transcripts
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from memory_pipelines.ingest import plan_ingest
-from memory_pipelines.models import Message, QuarantineReason, StoredMessage, TimeWindow, TranscriptScan
+from memory_pipelines.records import Message, QuarantineReason, StoredMessage, TimeWindow, TranscriptScan
 
 WINDOW = TimeWindow(datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 2, tzinfo=UTC))
 

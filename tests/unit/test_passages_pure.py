@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_pipelines.models import Message
+from memory_pipelines.records import Message
 from memory_pipelines.passages import Budget, Passage, Turn, TurnSearch, _windows, fit_passage, fuse
 from memory_pipelines.timeexpr import time_range
 from memory_pipelines.turns import build_turns, keys_in, render_body, text_search_config, window_text

@@ -8,7 +8,7 @@ import pytest
 
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.llm import ModelConfig, build_backend
-from memory_pipelines.models import Message, Summary, TimeWindow
+from memory_pipelines.records import Message, Summary, TimeWindow
 from memory_pipelines.rules.noise import judge_segments
 from memory_pipelines.rules.summary import overturned_entries, relevant_entries, summarize
 from memory_pipelines.rules.text import detect_language

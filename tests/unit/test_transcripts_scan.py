@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from memory_pipelines.config import PACKAGE_DIR, SAMPLE_BAD_INPUT
-from memory_pipelines.models import QuarantineReason, TimeWindow
+from memory_pipelines.records import QuarantineReason, TimeWindow
 from memory_pipelines.transcripts import (
     NotATranscriptFile, describe_skipped, scan_transcripts, transcript_date_range, transcript_days,
     transcript_inventory, undated_records,

@@ -1,4 +1,5 @@
-"""Frozen dataclasses passed between stages and the repository layer."""
+"""The records passed between stages and the repository layer: frozen dataclasses of messages,
+segments, summaries, facts, chunks and windows (no models here: those are in `llm` and `embed`)."""
 
 from __future__ import annotations
 
