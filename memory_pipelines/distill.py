@@ -381,34 +381,36 @@ def extract_facts_for_days(pool: ConnectionPool, partition_keys: Sequence[str], 
 def pack_chunks_for_days(pool: ConnectionPool, partition_keys: Sequence[str], ctx: CallContext, *,
                          stale_after: timedelta = STALE_AFTER, window: int = CONTEXT_WINDOW_MESSAGES) -> StageReport:
     """memory_chunks for each day: what left each session's context window as of the
-    day's end, packed from the last chunk on."""
+    day's end, packed from the last chunk on. A day is a few set-based statements over all
+    its sessions (locked together, in session order), not a round trip per session."""
     report = StageReport()
     for key in partition_keys:
         day = _day_window(key)
-        with pool.connection() as conn:
+        with pool.connection() as conn, conn.transaction():
             # sessions active in the day, or gone stale early in it
-            sessions = repository.sessions_in_window(conn, TimeWindow(day.start - stale_after, day.end))
-        for session_id, _user in sessions:
-            with pool.connection() as conn, conn.transaction():
-                repository.lock_session(conn, session_id)
-                last_ts, eligible = repository.session_window_state(conn, session_id, day.end, window)
-                stale = last_ts is not None and last_ts < day.end - stale_after
-                pending = repository.session_messages_before(
-                    conn, session_id, day.end, repository.chunk_watermark(conn, session_id))
-                chunks = pack_chunks(pending, eligible, stale)
-                if not chunks:
-                    continue
-                version, keys = repository.summary_keys_as_of(conn, session_id, key)
-                rows = [{**asdict(c), "content_hash": c.content_hash, "breadcrumbs": chunk_breadcrumbs(c, keys),
-                         "summary_version": version, "partition_key": key, "run_id": ctx.run_id,
-                         "model": "chunker", "prompt_version": PACKER_VERSION} for c in chunks]
-                report.counts["chunks_written"] += repository.insert_chunks(conn, rows)
+            session_ids = repository.lock_chunk_sessions(conn, TimeWindow(day.start - stale_after, day.end))
+            states = repository.chunk_window_states(conn, session_ids, day.end, window)
+            pending = repository.chunk_pending_messages(conn, states, day.end)
+            packed = {}
+            for state in states:
+                stale = state.last_ts is not None and state.last_ts < day.end - stale_after
+                chunks = pack_chunks(pending.get(state.session_id, []), state.eligible, stale)
+                if chunks:
+                    packed[state.session_id] = chunks
+            summary_keys = repository.summary_keys_as_of_sessions(conn, list(packed), key)
+            rows = []
+            for session_id, chunks in packed.items():
+                version, keys = summary_keys.get(session_id, (None, []))
+                rows += [{**asdict(c), "content_hash": c.content_hash, "breadcrumbs": chunk_breadcrumbs(c, keys),
+                          "summary_version": version, "partition_key": key, "run_id": ctx.run_id,
+                          "model": "chunker", "prompt_version": PACKER_VERSION} for c in chunks]
                 report.sessions.add(session_id)
                 report.counts["messages_chunked"] += sum(c.message_count for c in chunks)
-                report.preview.extend({"session": c.session_id, "seqs": f"{c.start_seq}-{c.end_seq}",
-                                       "chars": len(c.content), "breadcrumbs": ", ".join(r["breadcrumbs"][:6]),
-                                       "content": c.content} for c, r in zip(chunks, rows))
-        report.counts["sessions"] += len(sessions)
+            report.counts["chunks_written"] += repository.insert_chunks(conn, rows)
+            report.preview.extend({"session": r["session_id"], "seqs": f"{r['start_seq']}-{r['end_seq']}",
+                                   "chars": len(r["content"]), "breadcrumbs": ", ".join(r["breadcrumbs"][:6]),
+                                   "content": r["content"]} for r in rows)
+        report.counts["sessions"] += len(session_ids)
     return report
 
 

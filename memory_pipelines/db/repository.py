@@ -374,28 +374,52 @@ def delete_fact(conn: psycopg.Connection, user_id: str, key: str, category: str 
 
 # --- chunks ------------------------------------------------------------------------------
 
-def session_window_state(conn: psycopg.Connection, session_id: str, end: datetime,
-                         window: int) -> tuple[datetime | None, int | None]:
-    """(last activity, last seq out of the context window) as of `end`."""
-    last_ts, eligible = conn.execute(query("session_window_state"),
-                                     {"session_id": session_id, "end": end, "window": window}).fetchone()
-    return last_ts, eligible
+@dataclass(frozen=True)
+class ChunkWindowState:
+    """A session as chunking sees it at a day's end."""
+    session_id: str
+    last_ts: datetime | None  # its last activity
+    eligible: int | None  # the last seq out of the context window (None: none is)
+    watermark: int  # the last seq already chunked (-1: none)
 
 
-def chunk_watermark(conn: psycopg.Connection, session_id: str) -> int:
-    return conn.execute(query("chunk_watermark"), {"session_id": session_id}).fetchone()[0]
+def lock_chunk_sessions(conn: psycopg.Connection, window: TimeWindow) -> list[str]:
+    """Lock every session with messages in `window` (in session order) for the caller's
+    transaction; their ids."""
+    return [r[0] for r in conn.execute(query("lock_chunk_sessions"), {"start": window.start, "end": window.end})]
 
 
-def summary_keys_as_of(conn: psycopg.Connection, session_id: str, partition_key: str) -> tuple[int | None, list[str]]:
-    row = conn.execute(query("summary_keys_as_of"), {"session_id": session_id, "partition_key": partition_key}).fetchone()
-    return (row[0], list(row[1] or [])) if row else (None, [])
+def chunk_window_states(conn: psycopg.Connection, session_ids: Sequence[str], end: datetime,
+                        window: int) -> list[ChunkWindowState]:
+    with conn.cursor(row_factory=class_row(ChunkWindowState)) as cur:
+        return cur.execute(query("chunk_window_states"),
+                           {"session_ids": list(session_ids), "end": end, "window": window}).fetchall()
+
+
+def chunk_pending_messages(conn: psycopg.Connection, states: Sequence[ChunkWindowState],
+                           end: datetime) -> dict[str, list[Message]]:
+    """Each session's messages after its last chunk and before `end`, by seq."""
+    rows = _message_rows(conn, "chunk_pending_messages", {"session_ids": [s.session_id for s in states],
+                                                          "after_seqs": [s.watermark for s in states], "end": end})
+    return {session_id: list(messages) for session_id, messages in groupby(rows, key=lambda m: m.session_id)}
+
+
+def summary_keys_as_of_sessions(conn: psycopg.Connection, session_ids: Sequence[str],
+                                partition_key: str) -> dict[str, tuple[int, list[str]]]:
+    """Each session's newest summary version up to the day and its keys (sessions without
+    one are left out)."""
+    rows = conn.execute(query("summary_keys_as_of_sessions"),
+                        {"session_ids": list(session_ids), "partition_key": partition_key})
+    return {session_id: (version, list(keys or [])) for session_id, version, keys in rows}
 
 
 def insert_chunks(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
-    inserted = 0
-    for row in rows:
-        inserted += conn.execute(query("insert_chunk"), row).rowcount
-    return inserted
+    """Chunks not stored yet (by session and content hash), in one batch; how many were new."""
+    if not rows:
+        return 0
+    with conn.cursor() as cur:
+        cur.executemany(query("insert_chunk"), rows)
+        return cur.rowcount
 
 
 # --- data-quality scopes -----------------------------------------------------------------

@@ -128,19 +128,6 @@ SELECT id FROM memory_facts
 WHERE user_id = %(user_id)s AND key = %(key)s AND (%(category)s::text IS NULL OR category = %(category)s)
   AND merged_into IS NULL;
 
--- name: session_window_state
--- As of the window's end: the last activity and the seq that leaves the context window.
-SELECT max(ts), (array_agg(seq ORDER BY seq DESC))[%(window)s + 1]
-FROM messages WHERE session_id = %(session_id)s AND ts < %(end)s;
-
--- name: chunk_watermark
-SELECT coalesce(max(end_seq), -1) FROM memory_chunks WHERE session_id = %(session_id)s;
-
--- name: summary_keys_as_of
-SELECT version, summary -> 'keys' FROM session_summary_versions
-WHERE session_id = %(session_id)s AND partition_key <= %(partition_key)s
-ORDER BY version DESC LIMIT 1;
-
 -- name: insert_chunk
 INSERT INTO memory_chunks (user_id, session_id, start_seq, end_seq, started_at, ended_at, content, content_hash,
     breadcrumbs, message_count, summary_version, partition_key, run_id, model, prompt_version)
@@ -148,3 +135,35 @@ VALUES (%(user_id)s, %(session_id)s, %(start_seq)s, %(end_seq)s, %(started_at)s,
     %(content_hash)s, %(breadcrumbs)s, %(message_count)s, %(summary_version)s, %(partition_key)s, %(run_id)s,
     %(model)s, %(prompt_version)s)
 ON CONFLICT (session_id, content_hash) DO NOTHING;
+
+-- name: lock_chunk_sessions
+-- memory_chunks of one day in one transaction: every session active in the window (or gone
+-- stale early in it), locked in session order, as lock_session locks one.
+SELECT session_id, pg_advisory_xact_lock(hashtext('memory_pipelines.session'), hashtext(session_id))
+FROM (SELECT DISTINCT session_id FROM messages
+      WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%' ORDER BY session_id) active;
+
+-- name: chunk_window_states
+-- Per session, as of the day's end: the last activity, the last seq out of the context window
+-- (the window+1-th newest message) and the last seq already chunked.
+SELECT a.session_id, s.last_ts, s.eligible, coalesce(w.watermark, -1) AS watermark
+FROM unnest(%(session_ids)s::text[]) AS a(session_id)
+CROSS JOIN LATERAL (SELECT max(ts) AS last_ts, (array_agg(seq ORDER BY seq DESC))[%(window)s + 1] AS eligible
+                    FROM messages m WHERE m.session_id = a.session_id AND m.ts < %(end)s) s
+CROSS JOIN LATERAL (SELECT max(end_seq) AS watermark FROM memory_chunks c WHERE c.session_id = a.session_id) w
+ORDER BY a.session_id;
+
+-- name: chunk_pending_messages
+-- Each session's messages after its last chunk and before the day's end, by session and seq.
+SELECT m.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, m.source_file, m.source_line,
+       m.agent_id, m.tool_name, m.tool_args, m.tool_call_id, m.metadata
+FROM unnest(%(session_ids)s::text[], %(after_seqs)s::bigint[]) AS w(session_id, after_seq)
+JOIN messages m ON m.session_id = w.session_id AND m.seq > w.after_seq AND m.ts < %(end)s
+ORDER BY m.session_id, m.seq;
+
+-- name: summary_keys_as_of_sessions
+-- Each session's newest summary version up to the day, and its keys (chunks' breadcrumbs).
+SELECT DISTINCT ON (session_id) session_id, version, summary -> 'keys'
+FROM session_summary_versions
+WHERE session_id = ANY(%(session_ids)s) AND partition_key <= %(partition_key)s
+ORDER BY session_id, version DESC;
