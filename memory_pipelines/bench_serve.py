@@ -114,9 +114,9 @@ def bench_questions(conn: psycopg.Connection, user: str) -> list[str]:
     return asked
 
 
-async def _load(config: ServeBenchConfig, questions: list[str], call_factory, deadline: float) -> _Tally:
-    """`config.clients` workers, each with its own connection (`call_factory` opens one in
-    an exit stack and returns its call), asking in turn until `deadline`."""
+async def _load(clients: int, questions: list[str], call_factory, deadline: float) -> _Tally:
+    """`clients` workers, each with its own connection (`call_factory` opens one in an exit
+    stack and returns its call), asking in turn until `deadline`."""
     tally = _Tally([], [])
 
     async def client(number: int) -> None:
@@ -130,9 +130,9 @@ async def _load(config: ServeBenchConfig, questions: list[str], call_factory, de
                 except Exception as exc:  # a failed request is a result here, not a crash
                     error = f"{type(exc).__name__}: {exc}"[:200]
                 tally.record(started, error)
-                i += config.clients
+                i += clients
 
-    await asyncio.gather(*(client(n) for n in range(config.clients)))
+    await asyncio.gather(*(client(n) for n in range(clients)))
     return tally
 
 
@@ -171,10 +171,9 @@ def _mcp_calls(url: str, secret: str, budget: int | None):
 def _measure(transport: str, config: ServeBenchConfig, questions: list[str], factory) -> TransportLoad:
     async def run() -> tuple[_Tally, float]:
         # a short warm-up (first searches load what a server loads once) outside the count
-        await _load(ServeBenchConfig(clients=min(4, config.clients)), questions, factory,
-                    time.perf_counter() + min(2.0, config.seconds))
+        await _load(min(4, config.clients), questions, factory, time.perf_counter() + min(2.0, config.seconds))
         started = time.perf_counter()
-        tally = await _load(config, questions, factory, started + config.seconds)
+        tally = await _load(config.clients, questions, factory, started + config.seconds)
         return tally, time.perf_counter() - started
 
     tally, elapsed = asyncio.run(run())

@@ -203,7 +203,7 @@ def judge_days(pool: ConnectionPool, partition_keys: Sequence[str], judge: Model
                 for judgement in judgements:
                     session_id = judgement.judged[0].segment.session_id
                     with conn.transaction():
-                        repository.lock_session(conn, session_id)
+                        repository.lock_sessions(conn, [session_id])
                         # a concurrent run may have stored the same judgement while this one asked
                         if not repository.segment_judgement_current(conn, session_id, key, judgement.fingerprint):
                             part.merge(_store_judgement(conn, key, judgement, judge, ctx))
@@ -328,7 +328,7 @@ def extract_facts_for_days(pool: ConnectionPool, partition_keys: Sequence[str], 
         def work(session: repository.DueSession, key=key, end=end) -> StageReport:
             part = StageReport()
             with pool.connection() as conn, conn.transaction():
-                repository.lock_session(conn, session.session_id)
+                repository.lock_sessions(conn, [session.session_id])
                 if repository.session_judging_failed(conn, session.session_id, key):
                     # its noise is not known yet: facts taken from noise now would stay for good
                     part.failures.append(StageFailure(session.session_id, None,
@@ -388,7 +388,9 @@ def pack_chunks_for_days(pool: ConnectionPool, partition_keys: Sequence[str], ct
         day = _day_window(key)
         with pool.connection() as conn, conn.transaction():
             # sessions active in the day, or gone stale early in it
-            session_ids = repository.lock_chunk_sessions(conn, TimeWindow(day.start - stale_after, day.end))
+            session_ids = list(dict.fromkeys(s for s, _ in repository.sessions_in_window(
+                conn, TimeWindow(day.start - stale_after, day.end))))
+            repository.lock_sessions(conn, session_ids)
             states = repository.chunk_window_states(conn, session_ids, day.end, window)
             pending = repository.chunk_pending_messages(conn, states, day.end)
             packed = {}
@@ -466,7 +468,7 @@ def distill_knowledge_for_days(pool: ConnectionPool, partition_keys: Sequence[st
             session_id, day_messages = item
             part = StageReport()
             with pool.connection() as conn, conn.transaction():
-                repository.lock_session(conn, session_id)
+                repository.lock_sessions(conn, [session_id])
                 dropped = repository.dropped_seqs(conn, session_id, key)
                 kept = [m for m in day_messages if m.seq not in dropped and m.role != "system"]
                 if not kept:

@@ -103,7 +103,7 @@ def index_turns_for_days(pool: ConnectionPool, partition_keys: Sequence[str], ru
             sessions = [r[0] for r in conn.execute(query("sessions_to_index"), {"partition_key": key})]
         for session_id in sessions:
             with pool.connection() as conn, conn.transaction():
-                repository.lock_session(conn, session_id)
+                repository.lock_sessions(conn, [session_id])
                 messages = repository.session_messages_after(conn, session_id, None)
                 keys = [r[0] for r in conn.execute(query("session_search_keys"), {"session_id": session_id})]
                 rows = build_turns(messages, keys)

@@ -44,14 +44,13 @@ def pg_admin_url(pg_home):
     embedded.stop(pg_home)
 
 
-def _databases(admin_url: str):
-    """Yields a function that creates fresh, migrated databases (cloned from the template),
-    then drops them."""
+def _clones(admin_url: str, template: str, prefix: str):
+    """Yields a function that creates databases cloned from `template`, then drops them."""
     names = []
 
     def make() -> str:
-        name = "t_" + uuid.uuid4().hex[:16]
-        _admin(admin_url, "CREATE DATABASE {} TEMPLATE {}", name, TEMPLATE_DB)
+        name = prefix + uuid.uuid4().hex[:16]
+        _admin(admin_url, "CREATE DATABASE {} TEMPLATE {}", name, template)
         names.append(name)
         return with_database(admin_url, name)
 
@@ -64,13 +63,13 @@ def _databases(admin_url: str):
 @pytest.fixture
 def make_database(pg_admin_url):
     """Creates fresh, migrated databases (cloned from the template); dropped after the test."""
-    yield from _databases(pg_admin_url)
+    yield from _clones(pg_admin_url, TEMPLATE_DB, "t_")
 
 
 @pytest.fixture(scope="module")
 def make_module_database(pg_admin_url):
     """make_database for module-scoped fixtures, such as a UI server a module's tests share."""
-    yield from _databases(pg_admin_url)
+    yield from _clones(pg_admin_url, TEMPLATE_DB, "t_")
 
 
 @pytest.fixture
@@ -115,28 +114,13 @@ def sample_template(pg_admin_url) -> str:
     return SAMPLE_DB
 
 
-def _clones(admin_url: str, template: str):
-    names = []
-
-    def make() -> str:
-        name = "s_" + uuid.uuid4().hex[:16]
-        _admin(admin_url, "CREATE DATABASE {} TEMPLATE {}", name, template)
-        names.append(name)
-        return with_database(admin_url, name)
-
-    yield make
-    close_pools()
-    for name in names:
-        _admin(admin_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
-
-
 @pytest.fixture
 def make_sample_database(pg_admin_url, sample_template):
     """Creates copies of the distilled sample; dropped after the test."""
-    yield from _clones(pg_admin_url, sample_template)
+    yield from _clones(pg_admin_url, sample_template, "s_")
 
 
 @pytest.fixture(scope="module")
 def make_module_sample_database(pg_admin_url, sample_template):
     """make_sample_database for module-scoped fixtures."""
-    yield from _clones(pg_admin_url, sample_template)
+    yield from _clones(pg_admin_url, sample_template, "s_")

@@ -132,8 +132,8 @@ def sessions_in_window(conn: psycopg.Connection, window: TimeWindow) -> list[tup
     return conn.execute(query("sessions_in_window"), {"start": window.start, "end": window.end}).fetchall()
 
 
-def lock_session(conn: psycopg.Connection, session_id: str) -> None:
-    conn.execute(query("lock_session"), {"session_id": session_id})
+def lock_sessions(conn: psycopg.Connection, session_ids: Sequence[str]) -> None:
+    conn.execute(query("lock_sessions"), {"session_ids": list(session_ids)})
 
 
 # --- segments ----------------------------------------------------------------------------
@@ -381,12 +381,6 @@ class ChunkWindowState:
     last_ts: datetime | None  # its last activity
     eligible: int | None  # the last seq out of the context window (None: none is)
     watermark: int  # the last seq already chunked (-1: none)
-
-
-def lock_chunk_sessions(conn: psycopg.Connection, window: TimeWindow) -> list[str]:
-    """Lock every session with messages in `window` (in session order) for the caller's
-    transaction; their ids."""
-    return [r[0] for r in conn.execute(query("lock_chunk_sessions"), {"start": window.start, "end": window.end})]
 
 
 def chunk_window_states(conn: psycopg.Connection, session_ids: Sequence[str], end: datetime,

@@ -136,13 +136,6 @@ VALUES (%(user_id)s, %(session_id)s, %(start_seq)s, %(end_seq)s, %(started_at)s,
     %(model)s, %(prompt_version)s)
 ON CONFLICT (session_id, content_hash) DO NOTHING;
 
--- name: lock_chunk_sessions
--- memory_chunks of one day in one transaction: every session active in the window (or gone
--- stale early in it), locked in session order, as lock_session locks one.
-SELECT session_id, pg_advisory_xact_lock(hashtext('memory_pipelines.session'), hashtext(session_id))
-FROM (SELECT DISTINCT session_id FROM messages
-      WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%' ORDER BY session_id) active;
-
 -- name: chunk_window_states
 -- Per session, as of the day's end: the last activity, the last seq out of the context window
 -- (the window+1-th newest message) and the last seq already chunked.

@@ -51,9 +51,11 @@ VALUES (%(segment_id)s, %(session_id)s, %(user_id)s, %(partition_key)s, %(start_
     %(judge_status)s, %(judge_error)s, %(judge_backend)s, %(judge_model)s, %(prompt_version)s, %(fingerprint)s,
     %(run_id)s);
 
--- name: lock_session
--- Serializes work on one session across runs (released at the end of the transaction).
-SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.session'), hashtext(%(session_id)s));
+-- name: lock_sessions
+-- Serializes work on sessions across runs (released at the end of the transaction); several
+-- are taken in session order, so two runs locking overlapping sets never deadlock.
+SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.session'), hashtext(session_id))
+FROM (SELECT DISTINCT session_id FROM unnest(%(session_ids)s::text[]) AS s(session_id) ORDER BY session_id) ordered;
 
 -- name: summary_state_before
 -- The latest version built for a day before the range.
@@ -124,7 +126,7 @@ WHERE session_id = %(session_id)s AND ts >= %(start)s AND ts < %(end)s
 ORDER BY seq;
 
 -- name: lock_session_for_fold
--- Held for a whole fold (several transactions); same key as lock_session, which it re-enters.
+-- Held for a whole fold (several transactions); same key as lock_sessions, which it re-enters.
 SELECT pg_advisory_lock(hashtext('memory_pipelines.session'), hashtext(%(session_id)s));
 
 -- name: unlock_session_for_fold

@@ -213,7 +213,9 @@ def test_auth_matrix(api):
     for headers in ({"Authorization": "Bearer mpk_not-a-key"}, {"Authorization": "Basic Ym9iOmJvYg=="},
                     {"Authorization": f"Bearer {api.keys['revoked']}"}):
         with api.client(**headers) as client:
-            assert client.get("/v1/search", params={"q": "port"}).status_code == 401
+            denied = client.get("/v1/search", params={"q": "port"})
+            assert denied.status_code == 401
+            assert headers["Authorization"].split()[1] not in denied.text, "a refused key is never echoed"
             assert client.post("/v1/facts", json={"category": "a", "key": "b", "value": "c"}).status_code == 401
     with api.client("bob") as bob:
         assert bob.get("/v1/search", params={"q": "port"}).status_code == 200
