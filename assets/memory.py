@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import dagster as dg
 
-from assets.checks import partition_scope, quality_check_results, quality_check_specs
+from assets.asset_checks import partition_scope, quality_check_results, quality_check_specs
 from assets.distillation import call_metadata
 from assets.partitions import DAILY_ASSET
 from assets.resources import MemorySettings, ModelResource, PostgresResource

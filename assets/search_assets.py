@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from assets.checks import partition_scope, quality_check_results, quality_check_specs
+from assets.asset_checks import partition_scope, quality_check_results, quality_check_specs
 from assets.partitions import DAILY_ASSET
 from assets.resources import EmbedderResource, PostgresResource
 from assets.transcripts import partition_label

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.checks import partition_scope, quality_check_results, quality_check_specs
+from assets.asset_checks import partition_scope, quality_check_results, quality_check_specs
 from assets.partitions import DAILY_ASSET
 from assets.resources import PostgresResource, TranscriptSource
 from memory_pipelines.db import repository

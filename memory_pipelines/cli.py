@@ -235,7 +235,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.llm import build_backend
     from memory_pipelines.llm.config import decision_config
-    from memory_pipelines.query import context_for
+    from memory_pipelines.session_context import context_for
 
     pool = get_pool(_connect_url(_settings()))
     with pool.connection() as conn:

@@ -35,7 +35,7 @@ from memory_pipelines.llm import ModelBackend, build_backend
 from memory_pipelines.llm.backends import render_transcript
 from memory_pipelines.llm.config import ModelConfig, chat_config, decision_config
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES, Message
-from memory_pipelines.query import context_for
+from memory_pipelines.session_context import context_for
 from memory_pipelines.search import AccessDenied, UnifiedMemorySearch, format_served, recall, write_sketch
 from memory_pipelines.transcripts import hash_message
 
