@@ -361,22 +361,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_search(args: argparse.Namespace) -> int:
-    from memory_pipelines import bench_search
+    from memory_pipelines.bench_search import report, timing
+    from memory_pipelines.bench_search.build import SearchBenchConfig
     from memory_pipelines.embed import EmbedConfig, build_embedder, embed_config
 
     try:
-        config = bench_search.SearchBenchConfig(users=args.users, chunks=args.chunks, facts=args.facts,
-                                                queries=args.queries, seed=args.seed, turns=args.turns)
+        config = SearchBenchConfig(users=args.users, chunks=args.chunks, facts=args.facts, queries=args.queries,
+                                   seed=args.seed, turns=args.turns)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     url = _connect_url(_settings())
     embedder = build_embedder(EmbedConfig() if args.embedder == "hashing" else embed_config())
     try:
-        result = bench_search.run(url, config, embedder, rebuild=args.rebuild,
-                                  progress=lambda line: print(line, file=sys.stderr, flush=True))
+        result = timing.run(url, config, embedder, rebuild=args.rebuild,
+                            progress=lambda line: print(line, file=sys.stderr, flush=True))
     finally:
         embedder.close()
-    print(bench_search.to_json(result) if args.json else bench_search.markdown(result))
+    print(report.to_json(result) if args.json else report.markdown(result))
     return 0
 
 
