@@ -7,7 +7,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -17,8 +18,11 @@ import psycopg
 import sqlalchemy.exc
 from psycopg import sql
 
+from tqdm import tqdm
+
 from assets.partitions import TRANSIENT_RETRIES, daily_partitions
 from memory_pipelines.db.queries import query
+from memory_pipelines.stages.common import progress_bars
 
 DAGSTER_SCHEMA = "dagster"
 
@@ -184,6 +188,14 @@ def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.Dagst
         time.sleep(delay)
 
 
+@contextmanager
+def _terminal_bar(stage: str, days: int) -> Iterator[Callable[[], None]]:
+    """A stage's bar over its days on stderr, shown only on a terminal (a pipe or a log file
+    gets the step lines alone)."""
+    with tqdm(total=days, desc=f"    {stage}", unit="day", leave=False, disable=None, file=sys.stderr) as bar:
+        yield bar.update
+
+
 def run_range(keys: Sequence[str], echo: Callable[[str], None] = print) -> RangeRun:
     """Materialize every asset over the consecutive days `keys` in one run: each stage works
     through the days in order, so a day without data costs little more than Dagster's
@@ -200,7 +212,8 @@ def run_range(keys: Sequence[str], echo: Callable[[str], None] = print) -> Range
     instance = dg.DagsterInstance.get()
     echo(f"[1/1] {keys[0]} .. {keys[-1]} ({len(keys)} days, one run)")
     started = time.perf_counter()
-    result = execute_range(job, keys, instance, echo)
+    with progress_bars(_terminal_bar):
+        result = execute_range(job, keys, instance, echo)
     if not result.success:
         raise RunFailed(f"{range_label(keys)} failed at {first_error(result)}")
     # one materialization per day, each with the range's counts

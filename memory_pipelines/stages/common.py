@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,24 @@ def day_window(partition_key: str) -> TimeWindow:
     """The UTC day a daily partition key names."""
     start = datetime.fromisoformat(partition_key).replace(tzinfo=UTC)
     return TimeWindow(start, start + ONE_DAY)
+
+
+# (stage, days) -> a context whose value is called once per day done; None: no progress shown
+ProgressBars = Callable[[str, int], AbstractContextManager[Callable[[], None]]]
+_progress_bars: ProgressBars | None = None
+PROGRESS_MIN_DAYS = 30  # shorter ranges finish before a bar tells anything
+
+
+@contextmanager
+def progress_bars(bars: ProgressBars) -> Iterator[None]:
+    """Show a bar per stage over its days while inside (the CLI's in-process runs: a step in
+    another process shows none and logs only)."""
+    global _progress_bars
+    previous, _progress_bars = _progress_bars, bars
+    try:
+        yield
+    finally:
+        _progress_bars = previous
 
 
 @dataclass(frozen=True)
@@ -59,9 +78,17 @@ class Window:
     def label(self) -> str:
         return self.first if self.first == self.last else f"{self.first}..{self.last}"
 
-    def days(self) -> Iterator[tuple[str, TimeWindow]]:
-        for key in self.partition_keys:
-            yield key, day_window(key)
+    def days(self, stage: str) -> Iterator[tuple[str, TimeWindow]]:
+        """The days in order, each with its UTC window; a long range advances `stage`'s bar."""
+        bars = _progress_bars
+        if bars is None or len(self.partition_keys) < PROGRESS_MIN_DAYS:
+            for key in self.partition_keys:
+                yield key, day_window(key)
+            return
+        with bars(stage, len(self.partition_keys)) as advance:
+            for key in self.partition_keys:
+                yield key, day_window(key)
+                advance()
 
 
 @dataclass(frozen=True)

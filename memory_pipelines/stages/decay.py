@@ -29,7 +29,7 @@ def run(pool: ConnectionPool, window: Window, settings: DecaySettings,
         backends: Backends = NO_BACKENDS) -> StageReport[DecayCounts]:
     counts = DecayCounts()
     with pool.connection() as conn:
-        for key, day in window.days():  # each day as of its own newest message, in order
+        for key, day in window.days(ASSET):  # each day as of its own newest message, in order
             as_of = decay_as_of(conn, day.end)
             if as_of is None:
                 continue

@@ -23,7 +23,7 @@ class ErrorCounts(Counts):
 def run(pool: ConnectionPool, window: Window, settings: None = None,
         backends: Backends = NO_BACKENDS) -> StageReport[ErrorCounts]:
     report = StageReport(ErrorCounts())
-    for key, day in window.days():
+    for key, day in window.days(ASSET):
         with pool.connection() as conn, conn.transaction():
             rows = []
             for (session_id,) in conn.execute(query("window_tool_sessions"),

@@ -71,7 +71,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     extractor = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
-    for key, day in window.days():
+    for key, day in window.days(ASSET):
         end = day.end
         with pool.connection() as conn:
             due = repository.sessions_due_for_extraction(conn, end, end - settings.stale_after)

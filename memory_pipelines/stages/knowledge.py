@@ -59,7 +59,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     synthesizer = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = StageReport(KnowledgeCounts(), calls_models=True)
-    for key, day in window.days():
+    for key, day in window.days(ASSET):
         with pool.connection() as conn:
             by_session: dict[str, list[Message]] = defaultdict(list)
             for message in repository.messages_in_window(conn, day):

@@ -99,7 +99,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     judge = backends.judge
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
-    for key, day in window.days():
+    for key, day in window.days(ASSET):
         pending: list[list[Segment]] = []
         with pool.connection() as conn:
             by_session: dict[str, list[Message]] = defaultdict(list)

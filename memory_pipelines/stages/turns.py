@@ -29,7 +29,7 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
         backends: Backends = NO_BACKENDS) -> StageReport[TurnCounts]:
     report = StageReport(TurnCounts())
     counts = report.counts
-    for key in window.partition_keys:
+    for key, _ in window.days(ASSET):
         with pool.connection() as conn:
             sessions = [r[0] for r in conn.execute(query("sessions_to_index"), {"partition_key": key})]
         for session_id in sessions:
