@@ -158,6 +158,16 @@ def _results(batch, name: str, specs: dict[int, tuple], result_format) -> dict[i
     return {r.expectation_config.meta["index"]: r for r in batch.validate(suite, result_format=result_format).results}
 
 
+def _exception_message(info: dict | None) -> str | None:
+    """What went wrong inside an expectation: great-expectations gives either one
+    {raised_exception, exception_message} or such a dict per metric it could not compute."""
+    if not info:
+        return None
+    if "raised_exception" in info:
+        return info.get("exception_message") if info["raised_exception"] else None
+    return next((m for m in map(_exception_message, info.values()) if m), None)
+
+
 def validate_frame(name: str, frame: pd.DataFrame, specs: Sequence[tuple], key: Sequence[str]) -> QualityResult:
     """Run the expectations over `frame` (the rows in scope of one check); `key` names the
     columns that identify a row in the summary's examples."""
@@ -173,7 +183,7 @@ def validate_frame(name: str, frame: pd.DataFrame, specs: Sequence[tuple], key: 
     failures = []
     for index, spec in failed.items():
         result = details[index]
-        error = (result.exception_info or {}).get("exception_message")
+        error = _exception_message(result.exception_info)
         examples = [_example(spec, row, key) for row in (result.result.get("partial_unexpected_index_list")
                                                          or [])[:EXAMPLES]]
         failures.append(f"{describe(spec)}: " + (
