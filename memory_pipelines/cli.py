@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pool = get_pool(url)  # migrates before any run starts
     from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_range
 
-    ensure_dagster_home(settings.home, settings.database_url)
+    ensure_dagster_home(settings.home, url)
     try:
         keys = partition_keys_between(start.isoformat(), end.isoformat())
     except ValueError as exc:
@@ -195,8 +195,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from assets.runner import ensure_dagster_home
 
     settings = _settings()
-    _connect_url(settings)  # start the embedded server before Dagster's processes join it
-    ensure_dagster_home(settings.home, settings.database_url)
+    # start the embedded server before Dagster's processes join it: its runs and events live there
+    ensure_dagster_home(settings.home, _connect_url(settings))
     command = [sys.executable, "-m", "dagster", "dev", *_workspace_args(), "-h", args.host, "-p", str(args.port)]
     # A shell that started us in the background leaves SIGINT ignored, and dagster dev maps
     # SIGTERM to SIGINT: restore the default in the child so both stop it.

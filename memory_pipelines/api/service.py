@@ -321,7 +321,7 @@ class MemoryService:
         def write(conn: psycopg.Connection, now: datetime) -> dict:
             if session_id is not None:
                 self._own_session(conn, caller, session_id)
-            repository.lock_user(conn, user)  # the pipeline merges a user's fact families under it
+            repository.lock_users(conn, [user])  # the pipeline merges a user's fact families under it
             candidate = FactCandidate(category, key, canonical_key(key), value, source,
                                       confidence if confidence is not None else CONFIDENCE.get(source, DEFAULT_CONFIDENCE),
                                       source_context, now, 0, 0,
@@ -344,7 +344,7 @@ class MemoryService:
             raise ApiError("name the fact's key")
 
         def write(conn: psycopg.Connection, now: datetime) -> dict:
-            repository.lock_user(conn, user)
+            repository.lock_users(conn, [user])
             return {"deleted": repository.delete_fact(conn, user, key, category)}
 
         return self._write(caller, "forget_fact", {"user": user, "key": key, "category": category},

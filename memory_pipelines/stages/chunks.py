@@ -21,7 +21,8 @@ ASSET = "memory_chunks"
 @dataclass(frozen=True)
 class Settings:
     stale_after: timedelta = timedelta(minutes=SPECS["MEMORY_STALE_MINUTES"].default)
-    window: int = SPECS["MEMORY_CONTEXT_MESSAGES"].default  # the last messages that stay in the context, not chunked yet
+    # the last messages that stay in the context, not chunked yet
+    window: int = SPECS["MEMORY_CONTEXT_MESSAGES"].default
 
 
 @dataclass

@@ -155,8 +155,8 @@ class Counts:
 
     def headline(self) -> str:
         """The non-zero numbers, for a log line."""
-        return ", ".join(f"{f.name} {v}" for f in fields(self)
-                         if isinstance(v := getattr(self, f.name), int) and not isinstance(v, bool) and v)
+        return ", ".join(f"{name} {v}" for name, v in self.metadata().items()
+                         if isinstance(v, int) and not isinstance(v, bool) and v)
 
 
 C = TypeVar("C", bound=Counts)
@@ -194,17 +194,21 @@ class StageReport(Generic[C]):
 
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_parallel(items: Sequence[T], work: Callable[[T], R], concurrency: int) -> list[R]:
+    """`work` over independent items (sessions, batches, model calls), `concurrency` at a
+    time; the results in the items' order."""
+    if concurrency <= 1 or len(items) <= 1:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(max_workers=concurrency) as executor:
+        return list(executor.map(work, items))
 
 
 def run_parallel(items: Sequence[T], work: Callable[[T], StageReport[C]], into: StageReport[C],
                  concurrency: int) -> StageReport[C]:
-    """`work` over independent items (sessions, batches), `concurrency` at a time, merged
-    into `into` in the items' order."""
-    if concurrency <= 1 or len(items) <= 1:
-        for item in items:
-            into.merge(work(item))
-        return into
-    with ThreadPoolExecutor(max_workers=concurrency) as executor:
-        for result in executor.map(work, items):
-            into.merge(result)
+    """`work` over independent items, each giving a report, merged into `into` in order."""
+    for report in map_parallel(items, work, concurrency):
+        into.merge(report)
     return into

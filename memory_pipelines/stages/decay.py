@@ -28,11 +28,15 @@ class DecayCounts(Counts):
 def run(pool: ConnectionPool, window: Window, settings: DecaySettings,
         backends: Backends = NO_BACKENDS) -> StageReport[DecayCounts]:
     counts = DecayCounts()
+    judged_as_of = None
     with pool.connection() as conn:
         for key, day in window.days(ASSET):  # each day as of its own newest message, in order
             as_of = decay_as_of(conn, day.end)
-            if as_of is None:
+            if as_of is None or as_of == judged_as_of:
+                # nothing ingested yet, or no message since the day before: decay as of the same
+                # moment again changes nothing (it is idempotent), so a day without data costs a query
                 continue
+            judged_as_of = as_of
             with conn.transaction():
                 judged = decay(conn, as_of, key, window.run_id, settings)
             counts.as_of = judged.as_of.isoformat()

@@ -26,9 +26,9 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
     for key, day in window.days(ASSET):
         with pool.connection() as conn, conn.transaction():
             rows = []
-            for (session_id,) in conn.execute(query("window_tool_sessions"),
-                                              {"start": day.start, "end": day.end}).fetchall():
-                messages = repository.session_messages_before(conn, session_id, day.end)
+            session_ids = [r[0] for r in conn.execute(query("window_tool_sessions"),
+                                                      {"start": day.start, "end": day.end})]
+            for session_id, messages in repository.sessions_messages_before(conn, session_ids, day.end).items():
                 for fix in resolved_errors(messages):
                     rows.append({**asdict(fix), "user_id": messages[0].user_id, "session_id": session_id,
                                  "expires_at": fix.observed_at + ERROR_TTL, "partition_key": key,

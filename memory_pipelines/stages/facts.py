@@ -4,8 +4,9 @@ changed, and the session marked extracted."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -13,9 +14,12 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines.config import SPECS
 from memory_pipelines.db import repository
 from memory_pipelines.facts import facts_fingerprint, render_for_extraction, validate_items
-from memory_pipelines.llm.backends import ModelBackend, ModelError
+from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.llm.prompts import EXTRACT_FACTS, SUMMARIZE_FACTS
-from memory_pipelines.stages.common import Backends, CallContext, Counts, StageFailure, StageReport, Window, run_parallel
+from memory_pipelines.records import Message
+from memory_pipelines.stages.common import (
+    Backends, CallContext, Counts, StageFailure, StageReport, Window, map_parallel,
+)
 
 ASSET = "memory_facts"
 
@@ -63,6 +67,79 @@ def refresh_memory_summary(conn: psycopg.Connection, user_id: str, writer: Model
     return report
 
 
+@dataclass(frozen=True)
+class _Answer:
+    session: repository.DueSession
+    messages: list[Message]
+    items: object  # what the model returned, validated item by item; None when the call failed
+    call: ModelCall
+    error: ModelError | None
+
+
+# Sessions read, extracted and written per transaction. A token budget is checked against the
+# calls committed, so with one a transaction holds only as many sessions as calls in flight.
+BATCH_SESSIONS = 200
+
+
+def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession], key: str, end: datetime,
+                   extractor: ModelBackend, ctx: CallContext, concurrency: int) -> StageReport[FactCounts]:
+    """One transaction for a batch of due sessions: lock them, read their messages, dropped
+    seqs and judging state in one query each, ask the model about each (`concurrency` at
+    once), write what it found."""
+    report = _report()
+    counts = report.counts
+    ids = [s.session_id for s in batch]
+    with pool.connection() as conn, conn.transaction():
+        repository.lock_sessions(conn, ids)
+        judging_failed = repository.sessions_judging_failed(conn, ids, key)
+        messages = repository.sessions_messages_before(conn, ids, end)
+        dropped = repository.sessions_dropped_seqs(conn, ids)
+        for session_id in sorted(judging_failed):
+            # its noise is not known yet: facts taken from noise now would stay for good
+            report.failures.append(StageFailure(session_id, None, "noise judging failed, extraction left due"))
+            counts.sessions_failed += 1
+
+        def ask(session: repository.DueSession) -> _Answer:
+            seen = messages.get(session.session_id, [])
+            drop = dropped.get(session.session_id, frozenset())
+            kept = [m for m in seen if m.seq not in drop and m.role != "system"]
+            try:
+                items, call = extractor.extract_facts(kept, render_for_extraction(seen, drop))
+                return _Answer(session, seen, items, call, None)
+            except ModelError as exc:
+                return _Answer(session, seen, None, exc.call, exc)
+
+        answers = map_parallel([s for s in batch if s.session_id not in judging_failed], ask, concurrency)
+        repository.lock_users(conn, [a.session.user_id for a in answers if a.error is None])
+        lineage = {"partition_key": key, "run_id": ctx.run_id, "model": extractor.model,
+                   "prompt_version": extractor.prompt_version(EXTRACT_FACTS)}
+        extracted = []
+        for answer in answers:
+            session = answer.session
+            ctx.record(conn, [answer.call], key, session.session_id)
+            report.calls.append(answer.call)
+            if answer.error is not None:
+                report.failures.append(StageFailure(session.session_id, None,
+                                                    f"extraction failed, left due: {answer.error}",
+                                                    answer.call.budget_reached))
+                counts.sessions_failed += 1
+                continue
+            accepted, rejected = validate_items(answer.items, answer.messages) if answer.messages else ([], [])
+            repository.upsert_facts(conn, session.user_id, accepted, {"session_id": session.session_id, **lineage})
+            repository.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
+            extracted.append((session, len(accepted), len(rejected)))
+            counts.sessions_extracted += 1
+            counts.facts_accepted += len(accepted)
+            counts.facts_rejected += len(rejected)
+            report.preview.extend({"session": session.session_id, "category": c.category, "key": c.key,
+                                   "value": c.value, "source": c.source, "confidence": c.confidence}
+                                  for c in accepted)
+            report.users.add(session.user_id)
+            report.sessions.add(session.session_id)
+        repository.mark_sessions_extracted(conn, extracted, end, key, ctx.run_id)
+    return report
+
+
 def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Backends) -> StageReport[FactCounts]:
     """For each day: every session stale as of the day's end and not yet extracted through
     its last activity (a gap before the window is caught up), then the memory_summary of
@@ -71,59 +148,20 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     extractor = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
+    batch_sessions = max(settings.concurrency, 1) if extractor.config.token_budget else BATCH_SESSIONS
     for key, day in window.days(ASSET):
-        end = day.end
         with pool.connection() as conn:
-            due = repository.sessions_due_for_extraction(conn, end, end - settings.stale_after)
-
-        def extract(session: repository.DueSession, key=key, end=end) -> StageReport[FactCounts]:
-            part = _report()
-            counts = part.counts
-            with pool.connection() as conn, conn.transaction():
-                repository.lock_sessions(conn, [session.session_id])
-                if repository.session_judging_failed(conn, session.session_id, key):
-                    # its noise is not known yet: facts taken from noise now would stay for good
-                    part.failures.append(StageFailure(session.session_id, None,
-                                                      "noise judging failed, extraction left due"))
-                    counts.sessions_failed += 1
-                    return part
-                messages = repository.session_messages_before(conn, session.session_id, end)
-                dropped = repository.session_dropped_seqs(conn, session.session_id)
-                kept = [m for m in messages if m.seq not in dropped and m.role != "system"]
-                lineage = {"partition_key": key, "run_id": ctx.run_id, "model": extractor.model,
-                           "prompt_version": extractor.prompt_version(EXTRACT_FACTS)}
-                try:
-                    items, call = extractor.extract_facts(kept, render_for_extraction(messages, dropped))
-                except ModelError as exc:
-                    ctx.record(conn, [exc.call], key, session.session_id)
-                    part.calls.append(exc.call)
-                    part.failures.append(StageFailure(session.session_id, None, f"extraction failed, left due: {exc}",
-                                                      exc.call.budget_reached))
-                    counts.sessions_failed += 1
-                    return part
-                ctx.record(conn, [call], key, session.session_id)
-                part.calls.append(call)
-                accepted, rejected = validate_items(items, messages) if messages else ([], [])
-                repository.lock_user(conn, session.user_id)
-                repository.upsert_facts(conn, session.user_id, accepted, {"session_id": session.session_id, **lineage})
-                repository.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
-                repository.mark_session_extracted(conn, session, end, len(accepted), len(rejected), key, ctx.run_id)
-            counts.sessions_extracted += 1
-            counts.facts_accepted += len(accepted)
-            counts.facts_rejected += len(rejected)
-            part.preview.extend({"session": session.session_id, "category": c.category, "key": c.key,
-                                 "value": c.value, "source": c.source, "confidence": c.confidence} for c in accepted)
-            part.users.add(session.user_id)
-            part.sessions.add(session.session_id)
-            return part
-
-        extracted = run_parallel(due, extract, _report(), settings.concurrency)
+            due = repository.sessions_due_for_extraction(conn, day.end, day.end - settings.stale_after)
+        extracted = _report()
+        for start in range(0, len(due), batch_sessions):
+            extracted.merge(_extract_batch(pool, due[start:start + batch_sessions], key, day.end, extractor, ctx,
+                                           settings.concurrency))
         report.merge(extracted)
         with pool.connection() as conn:
             outdated = repository.users_with_outdated_memory_summary(conn)
         for user_id in sorted(extracted.users | set(outdated)):
             with pool.connection() as conn, conn.transaction():
-                repository.lock_user(conn, user_id)
+                repository.lock_users(conn, [user_id])
                 report.merge(refresh_memory_summary(conn, user_id, extractor, ctx, key))
     report.counts.users_touched = len(report.users)
     report.check_scope = {"user_ids": sorted(report.users)}

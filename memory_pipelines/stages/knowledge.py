@@ -17,10 +17,12 @@ from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.facts import render_for_extraction
 from memory_pipelines.knowledge import prepare
-from memory_pipelines.llm.backends import ModelBackend, ModelError
+from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.llm.prompts import SYNTHESIZE_KNOWLEDGE
 from memory_pipelines.records import Message, Summary
-from memory_pipelines.stages.common import Backends, CallContext, Counts, StageFailure, StageReport, Window, run_parallel
+from memory_pipelines.stages.common import (
+    Backends, CallContext, Counts, StageFailure, StageReport, Window, map_parallel,
+)
 
 ASSET = "knowledge_entries"
 
@@ -54,64 +56,95 @@ def synthesis_fingerprint(kept: Sequence[Message], summary: Summary | None, synt
         shaping], sort_keys=True).encode()).hexdigest()
 
 
+# Session-days read, synthesized and written per transaction (see the facts stage's).
+BATCH_SESSIONS = 200
+
+
+@dataclass(frozen=True)
+class _Synthesis:
+    session_id: str
+    kept: list[Message]
+    fingerprint: str
+    raw: object  # the model's answer; None when the call failed
+    call: ModelCall
+    error: ModelError | None
+
+
+def _synthesize_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[Message]]], key: str,
+                      synthesizer: ModelBackend, ctx: CallContext, settings: Settings) -> StageReport[KnowledgeCounts]:
+    """One transaction for a batch of a day's sessions: lock them, read their dropped seqs,
+    summaries and stored fingerprints in one query each, synthesize the changed ones
+    (`concurrency` at once), forge what came back."""
+    report = StageReport(KnowledgeCounts(), calls_models=True)
+    counts = report.counts
+    ids = [session_id for session_id, _ in batch]
+    with pool.connection() as conn, conn.transaction():
+        repository.lock_sessions(conn, ids)
+        dropped = repository.sessions_dropped_seqs(conn, ids, key)
+        summaries = repository.summaries_as_of_sessions(conn, ids, key)
+        stored = repository.knowledge_source_fingerprints(conn, ids, key)
+        pending = []
+        for session_id, day_messages in batch:
+            drop = dropped.get(session_id, frozenset())
+            kept = [m for m in day_messages if m.seq not in drop and m.role != "system"]
+            if not kept:
+                continue
+            fingerprint = synthesis_fingerprint(kept, summaries.get(session_id), synthesizer, settings)
+            if stored.get(session_id) == fingerprint:
+                counts.session_days_unchanged += 1  # these inputs were synthesized already: no model call
+            else:
+                pending.append((session_id, kept, fingerprint))
+
+        def ask(item: tuple[str, list[Message], str]) -> _Synthesis:
+            session_id, kept, fingerprint = item
+            try:
+                raw, call = synthesizer.synthesize_knowledge(kept, render_for_extraction(kept),
+                                                             summaries.get(session_id))
+                return _Synthesis(session_id, kept, fingerprint, raw, call, None)
+            except ModelError as exc:
+                return _Synthesis(session_id, kept, fingerprint, None, exc.call, exc)
+
+        lineage = {"partition_key": key, "run_id": ctx.run_id, "model": synthesizer.model,
+                   "prompt_version": synthesizer.prompt_version(SYNTHESIZE_KNOWLEDGE)}
+        for answer in map_parallel(pending, ask, settings.concurrency):
+            session_id, user_id = answer.session_id, answer.kept[0].user_id
+            ctx.record(conn, [answer.call], key, session_id)
+            report.calls.append(answer.call)
+            if answer.error is not None:
+                report.failures.append(StageFailure(session_id, key, f"knowledge synthesis failed: {answer.error}",
+                                                    answer.call.budget_reached))
+                continue
+            entries, relations, problems = prepare(
+                answer.raw, answer.kept, session_id, user_id, sanitize_pii=settings.sanitize_pii,
+                ttl_seconds=settings.ttl_seconds, consent_basis=settings.consent_basis)
+            counts.entries_written += repository.forge_knowledge(conn, entries, {"session_id": session_id, **lineage})
+            repository.forge_relations(conn, user_id, relations, {"session_id": session_id, **lineage})
+            conn.execute(query("record_knowledge_source"), {"session_id": session_id, "partition_key": key,
+                                                            "fingerprint": answer.fingerprint,
+                                                            "entries": len(entries), "run_id": ctx.run_id})
+            counts.entries_seen += len(entries)
+            counts.entries_dropped += len(problems)
+            counts.relations += len(relations)
+            counts.entries_with_pii += sum(e.has_pii for e in entries)
+            report.users.add(user_id)
+            report.preview.extend({"session": session_id, "kind": e.kind, "title": e.title, "scope": e.scope,
+                                   "importance": e.importance, "pii": ",".join(e.pii_kinds)} for e in entries)
+    return report
+
+
 def run(pool: ConnectionPool, window: Window, settings: Settings,
         backends: Backends) -> StageReport[KnowledgeCounts]:
     synthesizer = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = StageReport(KnowledgeCounts(), calls_models=True)
+    batch_sessions = max(settings.concurrency, 1) if synthesizer.config.token_budget else BATCH_SESSIONS
     for key, day in window.days(ASSET):
         with pool.connection() as conn:
             by_session: dict[str, list[Message]] = defaultdict(list)
             for message in repository.messages_in_window(conn, day):
                 by_session[message.session_id].append(message)
-
-        def synthesize(item: tuple[str, list[Message]], key=key) -> StageReport[KnowledgeCounts]:
-            session_id, day_messages = item
-            part = StageReport(KnowledgeCounts(), calls_models=True)
-            counts = part.counts
-            with pool.connection() as conn, conn.transaction():
-                repository.lock_sessions(conn, [session_id])
-                dropped = repository.dropped_seqs(conn, session_id, key)
-                kept = [m for m in day_messages if m.seq not in dropped and m.role != "system"]
-                if not kept:
-                    return part
-                user_id = kept[0].user_id
-                summary = repository.summary_as_of(conn, session_id, key)
-                fingerprint = synthesis_fingerprint(kept, summary, synthesizer, settings)
-                if conn.execute(query("knowledge_source_fingerprint"),
-                                {"session_id": session_id, "partition_key": key}).fetchone() == (fingerprint,):
-                    counts.session_days_unchanged += 1
-                    return part  # these inputs were synthesized already: no model call
-                lineage = {"session_id": session_id, "partition_key": key, "run_id": ctx.run_id,
-                           "model": synthesizer.model,
-                           "prompt_version": synthesizer.prompt_version(SYNTHESIZE_KNOWLEDGE)}
-                try:
-                    raw, call = synthesizer.synthesize_knowledge(kept, render_for_extraction(kept), summary)
-                except ModelError as exc:
-                    call, raw = exc.call, None
-                    part.failures.append(StageFailure(session_id, key, f"knowledge synthesis failed: {exc}",
-                                                      exc.call.budget_reached))
-                ctx.record(conn, [call], key, session_id)
-                part.calls.append(call)
-                if raw is None:
-                    return part
-                entries, relations, problems = prepare(
-                    raw, kept, session_id, user_id, sanitize_pii=settings.sanitize_pii,
-                    ttl_seconds=settings.ttl_seconds, consent_basis=settings.consent_basis)
-                written = repository.forge_knowledge(conn, entries, lineage)
-                repository.forge_relations(conn, user_id, relations, lineage)
-                conn.execute(query("record_knowledge_source"), {"session_id": session_id, "partition_key": key,
-                                                                "fingerprint": fingerprint, "entries": len(entries),
-                                                                "run_id": ctx.run_id})
-            counts.entries_written += written
-            counts.entries_seen += len(entries)
-            counts.entries_dropped += len(problems)
-            counts.relations += len(relations)
-            counts.entries_with_pii += sum(e.has_pii for e in entries)
-            part.users.add(user_id)
-            part.preview.extend({"session": session_id, "kind": e.kind, "title": e.title, "scope": e.scope,
-                                 "importance": e.importance, "pii": ",".join(e.pii_kinds)} for e in entries)
-            return part
-
-        run_parallel(sorted(by_session.items()), synthesize, report, settings.concurrency)
+        sessions = sorted(by_session.items())
+        for start in range(0, len(sessions), batch_sessions):
+            report.merge(_synthesize_batch(pool, sessions[start:start + batch_sessions], key, synthesizer, ctx,
+                                           settings))
     return report

@@ -18,7 +18,9 @@ from memory_pipelines.segments import (
     MISSING_VERDICT, SessionJudgement, cut_segments, judge_session, judge_sessions, judgement_fingerprint,
     pack_sessions,
 )
-from memory_pipelines.stages.common import Backends, CallContext, Counts, StageFailure, StageReport, Window, run_parallel
+from memory_pipelines.stages.common import (
+    Backends, CallContext, Counts, StageFailure, StageReport, Window, run_parallel,
+)
 
 ASSET = "conversation_segments"
 
@@ -82,7 +84,8 @@ def ensure_judged(conn: psycopg.Connection, session_id: str, partition_key: str,
     segments = cut_segments(messages)
     if not segments:
         return report
-    if repository.segment_judgement_current(conn, session_id, partition_key, judgement_fingerprint(segments, judge)):
+    current = repository.current_judgements(conn, [session_id], partition_key).get(session_id)
+    if current == judgement_fingerprint(segments, judge):
         report.counts.segments_unchanged += len(segments)
         return report
     judgement = judge_session(segments, judge)
@@ -105,12 +108,12 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
             by_session: dict[str, list[Message]] = defaultdict(list)
             for message in repository.messages_in_window(conn, day):
                 by_session[message.session_id].append(message)
+            current = repository.current_judgements(conn, list(by_session), key)
             for session_id, messages in sorted(by_session.items()):
                 segments = cut_segments(messages)
                 if not segments:
                     continue
-                if repository.segment_judgement_current(conn, session_id, key,
-                                                        judgement_fingerprint(segments, judge)):
+                if current.get(session_id) == judgement_fingerprint(segments, judge):
                     report.counts.segments_unchanged += len(segments)
                 else:
                     pending.append(segments)
@@ -119,18 +122,17 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
             part = _report()
             judgements = judge_sessions(batch, judge)
             call = judgements[0].call
-            with pool.connection() as conn:
-                with conn.transaction():
-                    ctx.record(conn, [call], key, batch[0][0].session_id if len(batch) == 1 else None)
-                part.calls.append(call)
-                part.counts.judge_calls_shared += len(batch) > 1
-                for judgement in judgements:
-                    session_id = judgement.judged[0].segment.session_id
-                    with conn.transaction():
-                        repository.lock_sessions(conn, [session_id])
-                        # a concurrent run may have stored the same judgement while this one asked
-                        if not repository.segment_judgement_current(conn, session_id, key, judgement.fingerprint):
-                            part.merge(store_judgement(conn, key, judgement, judge, ctx))
+            part.calls.append(call)
+            part.counts.judge_calls_shared += len(batch) > 1
+            with pool.connection() as conn, conn.transaction():
+                ctx.record(conn, [call], key, batch[0][0].session_id if len(batch) == 1 else None)
+                ids = [j.judged[0].segment.session_id for j in judgements]
+                repository.lock_sessions(conn, ids)
+                # a concurrent run may have stored the same judgement while this one asked
+                current = repository.current_judgements(conn, ids, key)
+                for session_id, judgement in zip(ids, judgements):
+                    if current.get(session_id) != judgement.fingerprint:
+                        part.merge(store_judgement(conn, key, judgement, judge, ctx))
             return part
 
         run_parallel(pack_sessions(pending, judge.config.batch_tokens), judge_batch, report, settings.concurrency)

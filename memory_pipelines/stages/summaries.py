@@ -4,14 +4,15 @@ did not change."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import repository
-from memory_pipelines.records import Message
+from memory_pipelines.records import Message, TimeWindow
 from memory_pipelines.stages.common import (
     Backends, CallContext, Counts, StageFailure, StageReport, Window, day_window, run_parallel,
 )
@@ -70,15 +71,20 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
                 messages = repository.session_messages_after(conn, session_id, start.cursor_seq)
             keys = [k for k in fold_days(messages, {v.partition_key for v in stored}, first, last)
                     if k >= settings.partition_start]
-            days = []
-            for key in keys:
-                with conn.transaction():
-                    day_messages = repository.session_messages_in_window(conn, session_id, day_window(key))
-                    # the judging's counts belong to conversation_segments; its calls and failures to this run
-                    judged = ensure_judged(conn, session_id, key, day_messages, decider, ctx)
-                    report.calls.extend(judged.calls)
-                    report.failures.extend(judged.failures)
-                    days.append(Day(key, day_window(key).end, repository.dropped_seqs(conn, session_id, key)))
+            # the days' segments judged first (the fold leaves out what judging dropped), in one transaction
+            with conn.transaction():
+                if keys:
+                    span = TimeWindow(day_window(keys[0]).start, day_window(keys[-1]).end)
+                    by_day: dict[str, list[Message]] = defaultdict(list)
+                    for m in repository.session_messages_in_window(conn, session_id, span):
+                        by_day[m.ts.astimezone(UTC).date().isoformat()].append(m)
+                    for key in keys:
+                        # the judging's counts belong to conversation_segments; its calls and failures to this run
+                        judged = ensure_judged(conn, session_id, key, by_day.get(key, []), decider, ctx)
+                        report.calls.extend(judged.calls)
+                        report.failures.extend(judged.failures)
+                dropped = repository.dropped_seqs_by_day(conn, session_id, keys)
+            days = [Day(key, day_window(key).end, dropped.get(key, frozenset())) for key in keys]
             plan = FoldPlan(session_id, user_id, start, days, messages, stored)
             for event in fold_session(plan, summarizer, decider, settings.language, settings.chunk_chars):
                 with conn.transaction():

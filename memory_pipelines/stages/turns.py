@@ -25,6 +25,10 @@ class TurnCounts(Counts):
     languages: Counter = field(default_factory=Counter)  # sessions per text search configuration
 
 
+# Sessions indexed per transaction.
+BATCH_SESSIONS = 200
+
+
 def run(pool: ConnectionPool, window: Window, settings: None = None,
         backends: Backends = NO_BACKENDS) -> StageReport[TurnCounts]:
     report = StageReport(TurnCounts())
@@ -32,19 +36,23 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
     for key, _ in window.days(ASSET):
         with pool.connection() as conn:
             sessions = [r[0] for r in conn.execute(query("sessions_to_index"), {"partition_key": key})]
-        for session_id in sessions:
+        for start in range(0, len(sessions), BATCH_SESSIONS):
+            batch = sessions[start:start + BATCH_SESSIONS]
             with pool.connection() as conn, conn.transaction():
-                repository.lock_sessions(conn, [session_id])
-                messages = repository.session_messages_after(conn, session_id, None)
-                keys = [r[0] for r in conn.execute(query("session_search_keys"), {"session_id": session_id})]
-                rows = build_turns(messages, keys)
-                written, removed = repository.store_turns(conn, session_id, rows, window.run_id)
+                repository.lock_sessions(conn, batch)
+                messages = repository.sessions_messages(conn, batch)
+                keys = repository.sessions_search_keys(conn, batch)
+                rows = []
+                for session_id in batch:
+                    session_rows = build_turns(messages.get(session_id, []), keys.get(session_id, []))
+                    if session_rows:
+                        counts.languages[session_rows[0].language] += 1
+                    rows += session_rows
+                written, removed = repository.store_turns(conn, batch, rows, window.run_id)
             counts.turns_written += written
             counts.turns_removed += removed
-            report.sessions.add(session_id)
+            report.sessions.update(batch)
             report.users.update(r.user_id for r in rows)
-            if rows:
-                counts.languages[rows[0].language] += 1
     with pool.connection() as conn, conn.transaction():
         repository.refresh_turn_stats(conn, sorted(report.users))
     counts.sessions_indexed = len(report.sessions)
