@@ -196,6 +196,20 @@ class StageReport(Generic[C]):
 T = TypeVar("T")
 R = TypeVar("R")
 
+# Sessions read, worked on and written per transaction: one query per kind of read for all of
+# them, and few enough that a transaction stays short.
+BATCH_SESSIONS = 200
+
+
+def session_batches(items: Sequence[T], writer: ModelBackend | None = None,
+                    concurrency: int = 1) -> Iterator[Sequence[T]]:
+    """`items` in consecutive batches of BATCH_SESSIONS. A model's token budget is checked
+    against the calls committed, so with one set a batch holds only as many sessions as
+    calls may be in flight at once, and the budget stops a run where it would have."""
+    size = max(concurrency, 1) if writer is not None and writer.config.token_budget else BATCH_SESSIONS
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
 
 def map_parallel(items: Sequence[T], work: Callable[[T], R], concurrency: int) -> list[R]:
     """`work` over independent items (sessions, batches, model calls), `concurrency` at a

@@ -18,7 +18,7 @@ from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.llm.prompts import EXTRACT_FACTS, SUMMARIZE_FACTS
 from memory_pipelines.records import Message
 from memory_pipelines.stages.common import (
-    Backends, CallContext, Counts, StageFailure, StageReport, Window, map_parallel,
+    Backends, CallContext, Counts, StageFailure, StageReport, Window, map_parallel, session_batches,
 )
 
 ASSET = "memory_facts"
@@ -74,11 +74,6 @@ class _Answer:
     items: object  # what the model returned, validated item by item; None when the call failed
     call: ModelCall
     error: ModelError | None
-
-
-# Sessions read, extracted and written per transaction. A token budget is checked against the
-# calls committed, so with one a transaction holds only as many sessions as calls in flight.
-BATCH_SESSIONS = 200
 
 
 def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession], key: str, end: datetime,
@@ -148,14 +143,12 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     extractor = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
-    batch_sessions = max(settings.concurrency, 1) if extractor.config.token_budget else BATCH_SESSIONS
     for key, day in window.days(ASSET):
         with pool.connection() as conn:
             due = repository.sessions_due_for_extraction(conn, day.end, day.end - settings.stale_after)
         extracted = _report()
-        for start in range(0, len(due), batch_sessions):
-            extracted.merge(_extract_batch(pool, due[start:start + batch_sessions], key, day.end, extractor, ctx,
-                                           settings.concurrency))
+        for batch in session_batches(due, extractor, settings.concurrency):
+            extracted.merge(_extract_batch(pool, batch, key, day.end, extractor, ctx, settings.concurrency))
         report.merge(extracted)
         with pool.connection() as conn:
             outdated = repository.users_with_outdated_memory_summary(conn)

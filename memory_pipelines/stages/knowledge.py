@@ -21,7 +21,7 @@ from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.llm.prompts import SYNTHESIZE_KNOWLEDGE
 from memory_pipelines.records import Message, Summary
 from memory_pipelines.stages.common import (
-    Backends, CallContext, Counts, StageFailure, StageReport, Window, map_parallel,
+    Backends, CallContext, Counts, StageFailure, StageReport, Window, map_parallel, session_batches,
 )
 
 ASSET = "knowledge_entries"
@@ -54,10 +54,6 @@ def synthesis_fingerprint(kept: Sequence[Message], summary: Summary | None, synt
         [(m.seq, m.content_hash) for m in kept], summary.to_json() if summary else None,
         synthesizer.name, synthesizer.model, synthesizer.prompt_version(SYNTHESIZE_KNOWLEDGE),
         shaping], sort_keys=True).encode()).hexdigest()
-
-
-# Session-days read, synthesized and written per transaction (see the facts stage's).
-BATCH_SESSIONS = 200
 
 
 @dataclass(frozen=True)
@@ -137,14 +133,11 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     synthesizer = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = StageReport(KnowledgeCounts(), calls_models=True)
-    batch_sessions = max(settings.concurrency, 1) if synthesizer.config.token_budget else BATCH_SESSIONS
     for key, day in window.days(ASSET):
         with pool.connection() as conn:
             by_session: dict[str, list[Message]] = defaultdict(list)
             for message in repository.messages_in_window(conn, day):
                 by_session[message.session_id].append(message)
-        sessions = sorted(by_session.items())
-        for start in range(0, len(sessions), batch_sessions):
-            report.merge(_synthesize_batch(pool, sessions[start:start + batch_sessions], key, synthesizer, ctx,
-                                           settings))
+        for batch in session_batches(sorted(by_session.items()), synthesizer, settings.concurrency):
+            report.merge(_synthesize_batch(pool, batch, key, synthesizer, ctx, settings))
     return report

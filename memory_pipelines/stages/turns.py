@@ -11,7 +11,7 @@ from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
-from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
+from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window, session_batches
 from memory_pipelines.turns import build_turns
 
 ASSET = "memory_turns"
@@ -25,10 +25,6 @@ class TurnCounts(Counts):
     languages: Counter = field(default_factory=Counter)  # sessions per text search configuration
 
 
-# Sessions indexed per transaction.
-BATCH_SESSIONS = 200
-
-
 def run(pool: ConnectionPool, window: Window, settings: None = None,
         backends: Backends = NO_BACKENDS) -> StageReport[TurnCounts]:
     report = StageReport(TurnCounts())
@@ -36,8 +32,7 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
     for key, _ in window.days(ASSET):
         with pool.connection() as conn:
             sessions = [r[0] for r in conn.execute(query("sessions_to_index"), {"partition_key": key})]
-        for start in range(0, len(sessions), BATCH_SESSIONS):
-            batch = sessions[start:start + BATCH_SESSIONS]
+        for batch in session_batches(sessions):
             with pool.connection() as conn, conn.transaction():
                 repository.lock_sessions(conn, batch)
                 messages = repository.sessions_messages(conn, batch)

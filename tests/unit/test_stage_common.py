@@ -57,3 +57,16 @@ def test_a_long_range_advances_a_bar_per_stage_a_short_one_none():
     list(Window(_keys(PROGRESS_MIN_DAYS), "r").days("after"))  # outside: no bars
     assert opened == [("long", PROGRESS_MIN_DAYS)]
     assert advanced == ["long"] * PROGRESS_MIN_DAYS
+
+
+def test_sessions_are_batched_and_a_token_budget_keeps_batches_to_the_calls_in_flight():
+    from memory_pipelines.llm import ModelConfig, build_backend
+    from memory_pipelines.stages.common import BATCH_SESSIONS, session_batches
+
+    items = list(range(BATCH_SESSIONS * 2 + 1))
+    assert [len(b) for b in session_batches(items)] == [BATCH_SESSIONS, BATCH_SESSIONS, 1]
+    free = build_backend(ModelConfig())
+    assert [len(b) for b in session_batches(items, free, 4)] == [BATCH_SESSIONS, BATCH_SESSIONS, 1]
+    budgeted = build_backend(ModelConfig(token_budget=1000))
+    assert {len(b) for b in session_batches(items, budgeted, 3)} == {3} | ({len(items) % 3} - {0})
+    assert sum(session_batches(items, budgeted, 3), []) == items
