@@ -365,9 +365,17 @@ def users_with_outdated_memory_summary(conn: psycopg.Connection) -> list[str]:
     return [r[0] for r in conn.execute(query("users_with_outdated_memory_summary"))]
 
 
-def memory_summary_hash(conn: psycopg.Connection, user_id: str) -> str | None:
-    row = conn.execute(query("memory_summary_hash"), {"user_id": user_id}).fetchone()
-    return row[0] if row else None
+def memory_summary_hashes(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[str, str]:
+    return dict(conn.execute(query("memory_summary_hashes"), {"user_ids": list(user_ids)}).fetchall())
+
+
+def visible_facts_of_users(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[str, list[tuple[str, str, str]]]:
+    """Each user's visible facts as (category, key, value), by category and key."""
+    facts: dict[str, list[tuple[str, str, str]]] = {}
+    rows = conn.execute(query("visible_facts_of_users"), {"user_ids": list(user_ids)})
+    for user_id, category, key, value in rows:
+        facts.setdefault(user_id, []).append((category, key, value))
+    return facts
 
 
 def upsert_memory_summary(conn: psycopg.Connection, user_id: str, content: str, fact_count: int, facts_hash: str,

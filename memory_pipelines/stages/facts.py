@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.config import SPECS
@@ -45,25 +44,37 @@ def _report() -> StageReport[FactCounts]:
     return StageReport(FactCounts(), calls_models=True)
 
 
-def refresh_memory_summary(conn: psycopg.Connection, user_id: str, writer: ModelBackend, ctx: CallContext,
-                           partition_key: str) -> StageReport[FactCounts]:
-    """Rewrite the user's memory_summary from all current facts, unless they did not change."""
+def refresh_memory_summaries(pool: ConnectionPool, user_ids: Sequence[str], writer: ModelBackend,
+                             ctx: CallContext, partition_key: str, concurrency: int) -> StageReport[FactCounts]:
+    """Rewrite each user's memory_summary from all their current facts, unless those did not
+    change; a batch of users per transaction, their facts and summaries' sources read in one
+    query each."""
     report = _report()
-    facts = [(f.category, f.key, f.value) for f in repository.facts_for_user(conn, user_id)]
-    digest = facts_fingerprint(facts)
-    if not facts or repository.memory_summary_hash(conn, user_id) == digest:
-        return report
-    try:
-        content, call = writer.summarize_facts(facts)
-    except ModelError as exc:
-        call, content = exc.call, None
-        report.failures.append(StageFailure(None, None, str(exc), exc.call.budget_reached, user_id))
-    ctx.record(conn, [call], partition_key, None)
-    report.calls.append(call)
-    if content is not None:
-        repository.upsert_memory_summary(conn, user_id, content, len(facts), digest, writer.model,
-                                         writer.prompt_version(SUMMARIZE_FACTS), ctx.run_id)
-        report.counts.memory_summaries_written += 1
+    for batch in session_batches(sorted(user_ids), writer, concurrency):
+        with pool.connection() as conn, conn.transaction():
+            repository.lock_users(conn, batch)
+            facts = repository.visible_facts_of_users(conn, batch)
+            written_from = repository.memory_summary_hashes(conn, batch)
+            due = [(u, facts[u], facts_fingerprint(facts[u])) for u in batch
+                   if facts.get(u) and written_from.get(u) != facts_fingerprint(facts[u])]
+
+            def summarize(item: tuple[str, list[tuple[str, str, str]], str]):
+                """(content, call, error): the content is None when the call failed."""
+                try:
+                    return *writer.summarize_facts(item[1]), None
+                except ModelError as exc:
+                    return None, exc.call, exc
+
+            for (user_id, user_facts, digest), (content, call, error) in zip(
+                    due, map_parallel(due, summarize, concurrency)):
+                ctx.record(conn, [call], partition_key, None)
+                report.calls.append(call)
+                if error is not None:
+                    report.failures.append(StageFailure(None, None, str(error), call.budget_reached, user_id))
+                    continue
+                repository.upsert_memory_summary(conn, user_id, content, len(user_facts), digest, writer.model,
+                                                 writer.prompt_version(SUMMARIZE_FACTS), ctx.run_id)
+                report.counts.memory_summaries_written += 1
     return report
 
 
@@ -152,10 +163,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
         report.merge(extracted)
         with pool.connection() as conn:
             outdated = repository.users_with_outdated_memory_summary(conn)
-        for user_id in sorted(extracted.users | set(outdated)):
-            with pool.connection() as conn, conn.transaction():
-                repository.lock_users(conn, [user_id])
-                report.merge(refresh_memory_summary(conn, user_id, extractor, ctx, key))
+        report.merge(refresh_memory_summaries(pool, sorted(extracted.users | set(outdated)), extractor, ctx, key,
+                                              settings.concurrency))
     report.counts.users_touched = len(report.users)
     report.check_scope = {"user_ids": sorted(report.users)}
     return report

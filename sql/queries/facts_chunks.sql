@@ -113,8 +113,15 @@ GROUP BY f.user_id, s.updated_at
 HAVING s.updated_at IS NULL OR max(f.updated_at) > s.updated_at
 ORDER BY 1;
 
--- name: memory_summary_hash
-SELECT facts_hash FROM memory_summary WHERE user_id = %(user_id)s;
+-- name: memory_summary_hashes
+-- What each user's memory_summary was written from (users without one left out).
+SELECT user_id, facts_hash FROM memory_summary WHERE user_id = ANY(%(user_ids)s);
+
+-- name: visible_facts_of_users
+-- (category, key, value) of each user's visible facts, by user, category and key.
+SELECT user_id, category, key, value FROM memory_facts
+WHERE user_id = ANY(%(user_ids)s) AND merged_into IS NULL
+ORDER BY user_id, category, key;
 
 -- name: upsert_memory_summary
 INSERT INTO memory_summary AS s (user_id, content, fact_count, facts_hash, model, prompt_version, run_id)
