@@ -315,13 +315,24 @@ def _restore_reobserved(conn: psycopg.Connection, listing: str, params: dict) ->
         restore_archived(conn, archive_id)
 
 
-def upsert_facts(conn: psycopg.Connection, user_id: str, candidates: Sequence[FactCandidate], lineage: dict) -> None:
+def archived_fact_keys(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[str, set[tuple[str, str]]]:
+    """Each user's (category, key) pairs that decay ever archived (users with none left out)."""
+    keys: dict[str, set[tuple[str, str]]] = {}
+    for user_id, category, key in conn.execute(query("archived_fact_keys"), {"user_ids": list(user_ids)}):
+        keys.setdefault(user_id, set()).add((category, key))
+    return keys
+
+
+def upsert_facts(conn: psycopg.Connection, user_id: str, candidates: Sequence[FactCandidate], lineage: dict,
+                 ever_archived: set[tuple[str, str]] | None = None) -> None:
     """Upsert by (user_id, category, key) under the event-time rule, then re-merge the
-    families of keys the candidates touched. The user id is the session's, always."""
+    families of keys the candidates touched. The user id is the session's, always.
+    `ever_archived` is `archived_fact_keys` of the user when the caller read it already."""
     if not candidates:
         return
+    if ever_archived is None:
+        ever_archived = archived_fact_keys(conn, [user_id]).get(user_id, set())
     # one question to the archive per user, then one per candidate only where decay took its key
-    ever_archived = set(conn.execute(query("archived_fact_keys"), {"user_id": user_id}).fetchall())
     for c in candidates:
         if (c.category, c.key) in ever_archived:
             _restore_reobserved(conn, "archived_facts_reobserved", {

@@ -116,7 +116,9 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
                 return _Answer(session, seen, None, exc.call, exc)
 
         answers = map_parallel([s for s in batch if s.session_id not in judging_failed], ask, concurrency)
-        repository.lock_users(conn, [a.session.user_id for a in answers if a.error is None])
+        writers = [a.session.user_id for a in answers if a.error is None]
+        repository.lock_users(conn, writers)
+        archived_keys = repository.archived_fact_keys(conn, writers)
         lineage = {"partition_key": key, "run_id": ctx.run_id, "model": extractor.model,
                    "prompt_version": extractor.prompt_version(EXTRACT_FACTS)}
         extracted = []
@@ -131,7 +133,8 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
                 counts.sessions_failed += 1
                 continue
             accepted, rejected = validate_items(answer.items, answer.messages) if answer.messages else ([], [])
-            repository.upsert_facts(conn, session.user_id, accepted, {"session_id": session.session_id, **lineage})
+            repository.upsert_facts(conn, session.user_id, accepted, {"session_id": session.session_id, **lineage},
+                                    archived_keys.get(session.user_id, set()))
             repository.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
             extracted.append((session, len(accepted), len(rejected)))
             counts.sessions_extracted += 1
