@@ -561,13 +561,18 @@ def sessions_search_keys(conn: psycopg.Connection, session_ids: Sequence[str]) -
 def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequence[TurnRow],
                 run_id: str) -> tuple[int, int]:
     """The sessions' turns as `rows` say (unchanged ones untouched, the others' gone);
-    returns (written, removed)."""
+    returns (written, removed). Only changed rows are sent: a turn's text search vector is
+    computed by the server for every row sent, and most of a session's turns are unchanged
+    when it is indexed again."""
+    stored = {(session_id, seq): hashes for session_id, seq, *hashes in conn.execute(
+        query("stored_turn_hashes"), {"session_ids": list(session_ids)})}
+    changed = [r for r in rows if stored.get((r.session_id, r.seq)) != [r.content_hash, r.window_hash]]
     written = 0
-    if rows:
+    if changed:
         with conn.cursor() as cur:
             cur.executemany(query("upsert_turn"), [
                 {**asdict(r), "keys": list(r.keys), "content_hash": r.content_hash, "run_id": run_id}
-                for r in rows])
+                for r in changed])
             written = cur.rowcount
     removed = conn.execute(query("delete_turns_except"), {
         "session_ids": list(session_ids), "kept_sessions": [r.session_id for r in rows],

@@ -30,6 +30,10 @@ FROM messages
 WHERE session_id = ANY(%(session_ids)s)
 ORDER BY session_id, seq;
 
+-- name: stored_turn_hashes
+-- What the sessions' stored turns hold and what their embeddings read, to send only changes.
+SELECT session_id, seq, content_hash, window_hash FROM memory_turns WHERE session_id = ANY(%(session_ids)s);
+
 -- name: upsert_turn
 -- Rewritten only when what it holds or what its embedding reads changed; a new window drops
 -- the embedding (memory_embeddings makes it again). The partition is the turn's own day.
