@@ -5,29 +5,14 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from assets.checks import partition_scope, quality_check_results, quality_check_specs
+from assets.asset_checks import quality_check_specs
+from assets.materialization import stage_results, stage_window
 from assets.partitions import DAILY_ASSET
 from assets.resources import ModelResource, PostgresResource, SummarySettings
-from assets.transcripts import partition_label
 from memory_pipelines.config import Settings
 from memory_pipelines.db.connection import get_pool
-from memory_pipelines.distill import CallContext, StageReport, judge_days, summarize_range
-from memory_pipelines.reporting import markdown_table
-
-
-def call_metadata(report: StageReport) -> dict:
-    """Model calls, tokens, estimated cost and the model used, for every materialization that calls one."""
-    calls = report.calls
-    return {
-        "model_calls": len(calls),
-        "model_calls_failed": sum(1 for c in calls if c.status != "ok"),
-        "model_calls_over_budget": sum(c.budget_reached for c in calls),
-        "input_tokens": sum(c.input_tokens for c in calls),
-        "output_tokens": sum(c.output_tokens for c in calls),
-        "estimated_cost_usd": round(sum(c.cost_usd for c in calls if c.cost_usd is not None), 6),
-        "unpriced_calls": sum(1 for c in calls if c.cost_usd is None),
-        "models": sorted({f"{c.backend}/{c.model}" for c in calls}),
-    }
+from memory_pipelines.stages import segments, summaries
+from memory_pipelines.stages.common import Backends
 
 
 @dg.asset(
@@ -48,29 +33,11 @@ def call_metadata(report: StageReport) -> dict:
 def conversation_segments(
     context: dg.AssetExecutionContext, postgres: PostgresResource, decision: ModelResource
 ) -> Iterator:
-    keys = context.partition_keys
     pool = get_pool(postgres.url())
     with decision.backend_for_run(pool, context.run_id) as judge:
-        report = judge_days(pool, keys, judge, CallContext(context.run_id, "conversation_segments"),
-                            decision.concurrency)
-    for failure in report.failures:
-        context.log.warning(str(failure))
-    counts = report.counts
-    context.log.info("%s: %d segments judged (%d dropped), %d unchanged, %d model calls", partition_label(context),
-                     counts["segments_judged"], counts["segments_dropped"], counts["segments_reused"], len(report.calls))
-    yield dg.MaterializeResult(metadata={
-        "partitions": partition_label(context),
-        "sessions": counts["sessions"],
-        "segments_judged": counts["segments_judged"],
-        "segments_dropped": counts["segments_dropped"],
-        "segments_unchanged": counts["segments_reused"],
-        "judging_failed": counts["segments_judge_failed"],
-        "dropped_by_reason": dict(sorted(report.dropped_by_reason.items())),
-        **call_metadata(report),
-        "preview": dg.MetadataValue.md(markdown_table(
-            report.preview, ["segment", "messages", "dropped", "reason", "confidence", "first"])),
-    })
-    yield from quality_check_results(postgres, partition_scope(context), "conversation_segments")
+        report = segments.run(pool, stage_window(context), segments.Settings(concurrency=decision.concurrency),
+                              Backends(judge=judge))
+    yield from stage_results(context, postgres, report)
 
 
 @dg.asset(
@@ -97,39 +64,11 @@ def session_summaries(
     context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource, decision: ModelResource,
     summary_settings: SummarySettings,
 ) -> Iterator:
-    keys = context.partition_keys
     pool = get_pool(postgres.url())
+    settings = summaries.Settings(summary_settings.language, summary_settings.chunk_chars, llm.concurrency,
+                                  Settings.from_env().partition_start.isoformat())
     with llm.backend_for_run(pool, context.run_id) as summarizer, \
             decision.backend_for_run(pool, context.run_id) as decider:
-        report = summarize_range(
-            pool, keys, summarizer, decider, CallContext(context.run_id, "session_summaries"),
-            language=summary_settings.language, chunk_chars=summary_settings.chunk_chars,
-            concurrency=llm.concurrency, partition_start=Settings.from_env().partition_start.isoformat(),
-        )
-    counts = report.counts
-    built = sum(report.versions_by_kind.values())
-    metadata = {
-        "partitions": partition_label(context),
-        "sessions": counts["sessions"],
-        "versions_built": built,
-        "versions_reused": counts["versions_reused"],
-        "chunks_summarized": report.versions_by_kind["chunk"],
-        "trim_or_cursor_only": report.versions_by_kind["trim"] + report.versions_by_kind["cursor_only"],
-        "rebuilt_from_changed_day": counts["rebuilt_from_changed_day"],
-        "sessions_incomplete": counts["sessions_incomplete"],
-        **call_metadata(report),
-        "preview": dg.MetadataValue.md(markdown_table(
-            report.preview, ["session", "version", "day", "step", "cursor_seq", "current"])),
-    }
-    if report.failures:
-        # Progress up to the failed chunk is saved; the next run resumes from the cursor. A
-        # spent token budget stays spent for this run: retrying the step cannot help.
-        raise dg.Failure(
-            description=f"{len(report.failures)} session(s) stopped at a failed model call: {report.failures[0]}",
-            metadata={**metadata, "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in report.failures))},
-            allow_retries=not all(f.budget_reached for f in report.failures),
-        )
-    context.log.info("%s: %d sessions, %d versions built, %d reused, %d model calls", partition_label(context),
-                     counts["sessions"], built, counts["versions_reused"], len(report.calls))
-    yield dg.MaterializeResult(metadata=metadata)
-    yield from quality_check_results(postgres, partition_scope(context), "session_summaries")
+        report = summaries.run(pool, stage_window(context), settings, Backends(judge=decider, writer=summarizer))
+    # progress up to a failed chunk is saved; the next run resumes from the cursor
+    yield from stage_results(context, postgres, report, stop_on_failure=True)

@@ -1,19 +1,16 @@
 """Assets `knowledge_entries` + `entity_graph`, `error_memory` and `memory_decay`."""
 
-from collections import Counter
 from collections.abc import Iterator
 
 import dagster as dg
 
-from assets.checks import partition_scope, quality_check_results, quality_check_specs
-from assets.distillation import call_metadata
+from assets.asset_checks import quality_check_specs
+from assets.materialization import stage_results, stage_window
 from assets.partitions import DAILY_ASSET, daily_partitions
 from assets.resources import LifecycleSettings, ModelResource, PostgresResource
-from assets.transcripts import partition_label
 from memory_pipelines.db.connection import get_pool
-from memory_pipelines.distill import CallContext, KnowledgeSettings, collect_error_memory, distill_knowledge_for_days
-from memory_pipelines.lifecycle import decay, decay_as_of
-from memory_pipelines.reporting import markdown_table
+from memory_pipelines.stages import decay, error_memory as error_stage, knowledge
+from memory_pipelines.stages.common import Backends
 
 
 @dg.multi_asset(
@@ -46,34 +43,12 @@ from memory_pipelines.reporting import markdown_table
 def knowledge_entries(
     context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource, lifecycle: LifecycleSettings,
 ) -> Iterator:
-    settings = KnowledgeSettings(lifecycle.sanitize_pii, lifecycle.entry_ttl_seconds, lifecycle.consent_basis)
     pool = get_pool(postgres.url())
+    settings = knowledge.Settings(lifecycle.sanitize_pii, lifecycle.entry_ttl_seconds, lifecycle.consent_basis,
+                                  llm.concurrency)
     with llm.backend_for_run(pool, context.run_id) as synthesizer:
-        report = distill_knowledge_for_days(pool, context.partition_keys, synthesizer,
-                                            CallContext(context.run_id, "knowledge_entries"), settings,
-                                            llm.concurrency)
-    for failure in report.failures:
-        context.log.warning(str(failure))
-    counts = report.counts
-    context.log.info("%s: %d entries seen, %d written, %d relations", partition_label(context),
-                     counts["entries_seen"], counts["entries_written"], counts["relations"])
-    selected = {key.to_user_string() for key in context.selected_asset_keys}
-    if "knowledge_entries" in selected:
-        yield dg.MaterializeResult(asset_key="knowledge_entries", metadata={
-            "partitions": partition_label(context),
-            "entries_seen": counts["entries_seen"],
-            "entries_written": counts["entries_written"],
-            "entries_dropped": counts["entries_dropped"],
-            "entries_with_pii": counts["entries_with_pii"],
-            "session_days_unchanged": counts["session_days_unchanged"],
-            **call_metadata(report),
-            "preview": dg.MetadataValue.md(markdown_table(report.preview, ["session", "kind", "title", "scope",
-                                                                           "importance", "pii"])),
-        })
-    if "entity_graph" in selected:
-        yield dg.MaterializeResult(asset_key="entity_graph", metadata={
-            "partitions": partition_label(context), "relations": counts["relations"]})
-    yield from quality_check_results(postgres, partition_scope(context), *sorted(selected))
+        report = knowledge.run(pool, stage_window(context), settings, Backends(writer=synthesizer))
+    yield from stage_results(context, postgres, report)
 
 
 @dg.asset(
@@ -89,14 +64,8 @@ def knowledge_entries(
     ),
 )
 def error_memory(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
-    report = collect_error_memory(get_pool(postgres.url()), context.partition_keys,
-                                  CallContext(context.run_id, "error_memory"))
-    context.log.info("%s: %d resolved errors", partition_label(context), report.counts["resolved_errors"])
-    yield dg.MaterializeResult(metadata={
-        "partitions": partition_label(context), "resolved_errors": report.counts["resolved_errors"],
-        "preview": dg.MetadataValue.md(markdown_table(report.preview, ["session", "tool", "error", "fix"])),
-    })
-    yield from quality_check_results(postgres, partition_scope(context), "error_memory")
+    report = error_stage.run(get_pool(postgres.url()), stage_window(context))
+    yield from stage_results(context, postgres, report)
 
 
 @dg.asset(
@@ -118,23 +87,5 @@ def error_memory(context: dg.AssetExecutionContext, postgres: PostgresResource) 
 def memory_decay(
     context: dg.AssetExecutionContext, postgres: PostgresResource, lifecycle: LifecycleSettings,
 ) -> Iterator:
-    reports = []
-    with get_pool(postgres.url()).connection() as conn:
-        for key in context.partition_keys:  # each day as of its own newest message, in order
-            as_of = decay_as_of(conn, daily_partitions.time_window_for_partition_key(key).end)
-            if as_of is None:
-                continue
-            with conn.transaction():
-                reports.append(decay(conn, as_of, key, context.run_id, lifecycle.decay()))
-    archived = sum((r.archived for r in reports), start=Counter())
-    kept = sum((r.kept for r in reports), start=Counter())
-    context.log.info("%s: archived %s", partition_label(context), dict(archived))
-    yield dg.MaterializeResult(metadata={
-        "partitions": partition_label(context),
-        "as_of": reports[-1].as_of.isoformat() if reports else "nothing ingested yet",
-        "archived_by_reason": {k: v for k, v in sorted(archived.items()) if v},
-        "archived": sum(archived.values()),
-        "kept_by_reason": {k: v for k, v in sorted(kept.items()) if v},
-        "score_distribution": reports[-1].distribution() if reports else {},
-    })
-    yield from quality_check_results(postgres, partition_scope(context), "memory_decay")
+    report = decay.run(get_pool(postgres.url()), stage_window(context), lifecycle.decay())
+    yield from stage_results(context, postgres, report)

@@ -5,14 +5,14 @@ from datetime import timedelta
 
 import dagster as dg
 
-from assets.checks import partition_scope, quality_check_results, quality_check_specs
-from assets.distillation import call_metadata
+from assets.asset_checks import quality_check_specs
+from assets.materialization import stage_results, stage_window
 from assets.partitions import DAILY_ASSET
 from assets.resources import MemorySettings, ModelResource, PostgresResource
-from assets.transcripts import partition_label
 from memory_pipelines.db.connection import get_pool
-from memory_pipelines.distill import CallContext, extract_facts_for_days, pack_chunks_for_days
-from memory_pipelines.reporting import markdown_table
+from memory_pipelines.stages import chunks, facts
+from memory_pipelines.stages.common import Backends
+
 
 @dg.asset(
     **DAILY_ASSET,
@@ -35,31 +35,10 @@ def memory_facts(
     memory_settings: MemorySettings,
 ) -> Iterator:
     pool = get_pool(postgres.url())
+    settings = facts.Settings(timedelta(minutes=memory_settings.stale_minutes), llm.concurrency)
     with llm.backend_for_run(pool, context.run_id) as extractor:
-        report = extract_facts_for_days(
-            pool, context.partition_keys, extractor, CallContext(context.run_id, "memory_facts"),
-            stale_after=timedelta(minutes=memory_settings.stale_minutes), concurrency=llm.concurrency,
-        )
-    for failure in report.failures:
-        context.log.warning(str(failure))
-    counts = report.counts
-    context.log.info("%s: %d sessions extracted, %d facts accepted, %d rejected, %d model calls",
-                     partition_label(context), counts["sessions_extracted"], counts["facts_accepted"],
-                     counts["facts_rejected"], len(report.calls))
-    yield dg.MaterializeResult(metadata={
-        "partitions": partition_label(context),
-        "sessions_extracted": counts["sessions_extracted"],
-        "sessions_failed": counts["sessions_failed"],
-        "facts_accepted": counts["facts_accepted"],
-        "facts_rejected": counts["facts_rejected"],
-        "users_touched": len(report.users),
-        "memory_summaries_written": counts["memory_summaries_written"],
-        **call_metadata(report),
-        "preview": dg.MetadataValue.md(markdown_table(
-            report.preview, ["session", "category", "key", "value", "source", "confidence"])),
-    })
-    yield from quality_check_results(postgres, partition_scope(context, user_ids=sorted(report.users)),
-                                     "memory_facts")
+        report = facts.run(pool, stage_window(context), settings, Backends(writer=extractor))
+    yield from stage_results(context, postgres, report)
 
 
 @dg.asset(
@@ -79,21 +58,6 @@ def memory_facts(
 def memory_chunks(
     context: dg.AssetExecutionContext, postgres: PostgresResource, memory_settings: MemorySettings,
 ) -> Iterator:
-    pool = get_pool(postgres.url())
-    report = pack_chunks_for_days(
-        pool, context.partition_keys, CallContext(context.run_id, "memory_chunks"),
-        stale_after=timedelta(minutes=memory_settings.stale_minutes), window=memory_settings.context_messages,
-    )
-    counts = report.counts
-    context.log.info("%s: %d chunks written from %d messages", partition_label(context),
-                     counts["chunks_written"], counts["messages_chunked"])
-    yield dg.MaterializeResult(metadata={
-        "partitions": partition_label(context),
-        "sessions_considered": counts["sessions"],
-        "chunks_written": counts["chunks_written"],
-        "messages_chunked": counts["messages_chunked"],
-        "preview": dg.MetadataValue.md(markdown_table(
-            report.preview, ["session", "seqs", "chars", "breadcrumbs", "content"])),
-    })
-    yield from quality_check_results(postgres, partition_scope(context, session_ids=sorted(report.sessions)),
-                                     "memory_chunks")
+    settings = chunks.Settings(timedelta(minutes=memory_settings.stale_minutes), memory_settings.context_messages)
+    report = chunks.run(get_pool(postgres.url()), stage_window(context), settings)
+    yield from stage_results(context, postgres, report)

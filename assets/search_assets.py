@@ -5,15 +5,13 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from assets.checks import partition_scope, quality_check_results, quality_check_specs
+from assets.asset_checks import quality_check_specs
+from assets.materialization import stage_results, stage_window
 from assets.partitions import DAILY_ASSET
 from assets.resources import EmbedderResource, PostgresResource
-from assets.transcripts import partition_label
 from memory_pipelines.db.connection import get_pool
-from memory_pipelines.distill import CallContext, collect_sketches
-from memory_pipelines.embeddings import embed_missing
-from memory_pipelines.reporting import markdown_table
-from memory_pipelines.turns import index_turns_for_days
+from memory_pipelines.stages import embeddings, sketches as sketch_stage, turns
+from memory_pipelines.stages.common import Backends
 
 
 @dg.asset(
@@ -30,15 +28,8 @@ from memory_pipelines.turns import index_turns_for_days
     ),
 )
 def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
-    report = collect_sketches(get_pool(postgres.url()), context.partition_keys, CallContext(context.run_id, "sketches"))
-    context.log.info("%s: %d scratchpad writes", partition_label(context), report.counts["sketch_writes"])
-    yield dg.MaterializeResult(metadata={
-        "partitions": partition_label(context),
-        "sketch_writes": report.counts["sketch_writes"],
-        "scratchpad_reads_skipped": report.counts["scratchpad_reads"],
-        "preview": dg.MetadataValue.md(markdown_table(report.preview, ["session", "section", "key", "value", "scope"])),
-    })
-    yield from quality_check_results(postgres, partition_scope(context), "sketches")
+    report = sketch_stage.run(get_pool(postgres.url()), stage_window(context))
+    yield from stage_results(context, postgres, report)
 
 
 @dg.asset(
@@ -57,18 +48,8 @@ def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> I
     ),
 )
 def memory_turns(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
-    report = index_turns_for_days(get_pool(postgres.url()), context.partition_keys, context.run_id)
-    context.log.info("%s: %d sessions indexed, %d turns written, %d removed", partition_label(context),
-                     len(report.sessions), report.turns_written, report.turns_removed)
-    yield dg.MaterializeResult(metadata={
-        "partitions": partition_label(context),
-        "sessions_indexed": len(report.sessions),
-        "turns_written": report.turns_written,
-        "turns_removed": report.turns_removed,
-        "languages": dict(sorted(report.languages.items())),
-    })
-    yield from quality_check_results(postgres, partition_scope(context, session_ids=sorted(report.sessions)),
-                                     "memory_turns")
+    report = turns.run(get_pool(postgres.url()), stage_window(context))
+    yield from stage_results(context, postgres, report)
 
 
 @dg.asset(
@@ -91,25 +72,6 @@ def memory_embeddings(
     context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
 ) -> Iterator:
     with embedder.embedder_for_run() as model:
-        report = embed_missing(get_pool(postgres.url()), model)
-        model_id, dimension = model.model_id, model.dimension
-    embedded = {table: len(ids) for table, ids in report.embedded_ids.items()}
-    context.log.info("%s: embedded %s with %s", partition_label(context), embedded, model_id)
-    if any(report.replaced.values()):
-        context.log.info("%s: re-embedded %s rows made with another model", partition_label(context),
-                         report.replaced)
-    yield dg.MaterializeResult(metadata={
-        "partitions": partition_label(context),
-        "model": model_id,
-        "facts_embedded": embedded["memory_facts"],
-        "chunks_embedded": embedded["memory_chunks"],
-        "entries_embedded": embedded["knowledge_entries"],
-        "turns_embedded": embedded["memory_turns"],
-        "turns_re_embedded": report.replaced["memory_turns"],
-        "facts_re_embedded": report.replaced["memory_facts"],
-        "chunks_re_embedded": report.replaced["memory_chunks"],
-        "entries_re_embedded": report.replaced["knowledge_entries"],
-    })
-    # the id lists bind by table name: the rows this run embedded are checked whatever their partition
-    scope = partition_scope(context, model=model_id, dimension=dimension, **report.embedded_ids)
-    yield from quality_check_results(postgres, scope, "memory_embeddings")
+        report = embeddings.run(get_pool(postgres.url()), stage_window(context),
+                                embeddings.Settings(), Backends(embedder=model))
+    yield from stage_results(context, postgres, report)

@@ -30,7 +30,7 @@ import httpx
 import psycopg
 
 from memory_pipelines.api import keys
-from memory_pipelines.bench_search import Latency, load_average
+from memory_pipelines.bench_search.timing import Latency, load_average
 from memory_pipelines.bench import QUESTIONS
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import embed_config

@@ -17,13 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from memory_pipelines.config import SPECS
 from memory_pipelines.breadcrumbs import MAX_BREADCRUMBS, extract_breadcrumbs, merge_breadcrumbs
 from memory_pipelines.records import Message
 
 CHUNK_MAX_CHARS = 4000
 CHUNK_MESSAGE_MAX_CHARS = 12_000
-CONTEXT_WINDOW_MESSAGES = SPECS["MEMORY_CONTEXT_MESSAGES"].default
 PACKER_VERSION = hashlib.sha256(
     json.dumps(["chunks-v1", CHUNK_MAX_CHARS, CHUNK_MESSAGE_MAX_CHARS]).encode()).hexdigest()[:12]
 SKIPPED_KINDS = {"summary", "compression_marker", "compaction"}

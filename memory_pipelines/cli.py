@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pool = get_pool(url)  # migrates before any run starts
     from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_range
 
-    ensure_dagster_home(settings.home, settings.database_url)
+    ensure_dagster_home(settings.home, url)
     try:
         keys = partition_keys_between(start.isoformat(), end.isoformat())
     except ValueError as exc:
@@ -195,8 +195,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from assets.runner import ensure_dagster_home
 
     settings = _settings()
-    _connect_url(settings)  # start the embedded server before Dagster's processes join it
-    ensure_dagster_home(settings.home, settings.database_url)
+    # start the embedded server before Dagster's processes join it: its runs and events live there
+    ensure_dagster_home(settings.home, _connect_url(settings))
     command = [sys.executable, "-m", "dagster", "dev", *_workspace_args(), "-h", args.host, "-p", str(args.port)]
     # A shell that started us in the background leaves SIGINT ignored, and dagster dev maps
     # SIGTERM to SIGINT: restore the default in the child so both stop it.
@@ -235,7 +235,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.llm import build_backend
     from memory_pipelines.llm.config import decision_config
-    from memory_pipelines.query import context_for
+    from memory_pipelines.session_context import context_for
 
     pool = get_pool(_connect_url(_settings()))
     with pool.connection() as conn:
@@ -361,22 +361,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_search(args: argparse.Namespace) -> int:
-    from memory_pipelines import bench_search
+    from memory_pipelines.bench_search import report, timing
+    from memory_pipelines.bench_search.build import SearchBenchConfig
     from memory_pipelines.embed import EmbedConfig, build_embedder, embed_config
 
     try:
-        config = bench_search.SearchBenchConfig(users=args.users, chunks=args.chunks, facts=args.facts,
-                                                queries=args.queries, seed=args.seed, turns=args.turns)
+        config = SearchBenchConfig(users=args.users, chunks=args.chunks, facts=args.facts, queries=args.queries,
+                                   seed=args.seed, turns=args.turns)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     url = _connect_url(_settings())
     embedder = build_embedder(EmbedConfig() if args.embedder == "hashing" else embed_config())
     try:
-        result = bench_search.run(url, config, embedder, rebuild=args.rebuild,
-                                  progress=lambda line: print(line, file=sys.stderr, flush=True))
+        result = timing.run(url, config, embedder, rebuild=args.rebuild,
+                            progress=lambda line: print(line, file=sys.stderr, flush=True))
     finally:
         embedder.close()
-    print(bench_search.to_json(result) if args.json else bench_search.markdown(result))
+    print(report.to_json(result) if args.json else report.markdown(result))
     return 0
 
 

@@ -3,6 +3,8 @@ and turn it into fact candidates with confidence, lineage and event time."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -146,6 +148,12 @@ def validate_items(items: Any, messages: Sequence[Message]) -> tuple[list[FactCa
             last_verified_at=anchor.ts, seq_start=seq if seq is not None else first, seq_end=seq if seq is not None else last,
         ))
     return accepted, rejected
+
+
+def facts_fingerprint(facts: Sequence[tuple[str, str, str]]) -> str:
+    """What a user's memory_summary was written from: (category, key, value) of every current
+    fact, in any order. The same fingerprint again needs no new summary."""
+    return hashlib.sha256(json.dumps(sorted(facts), ensure_ascii=False).encode()).hexdigest()
 
 
 def render_fact(category: str, key: str, value: str, confidence: int, updated: datetime, now: datetime) -> str:

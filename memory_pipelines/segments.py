@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
+from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError, estimate_tokens, render_transcript
 from memory_pipelines.llm.prompts import JUDGE_SEGMENTS
 from memory_pipelines.records import Message, NoiseVerdict, Segment
 from memory_pipelines.rules.noise import DROP_THRESHOLD
@@ -78,3 +78,24 @@ def judge_sessions(sessions: Sequence[Sequence[Segment]], backend: ModelBackend)
 def judge_session(segments: Sequence[Segment], backend: ModelBackend) -> SessionJudgement:
     """Judge one session's segments of a window in one call."""
     return judge_sessions([segments], backend)[0]
+
+
+# An answer's length grows with the segments asked about: cap them as well as the prompt.
+MAX_SEGMENTS_PER_CALL = 100
+
+
+def pack_sessions(sessions: Sequence[Sequence[Segment]], batch_tokens: int) -> list[list[Sequence[Segment]]]:
+    """Consecutive sessions grouped into judging calls of at most `batch_tokens` prompt
+    tokens (estimated) and MAX_SEGMENTS_PER_CALL segments; a session is never split, and one
+    larger than the limit gets a call of its own. 0 tokens: one session per call."""
+    batches: list[list[Sequence[Segment]]] = []
+    tokens = count = 0
+    for segments in sessions:
+        size = sum(estimate_tokens(render_transcript(s.messages)) for s in segments)
+        if not batches or tokens + size > batch_tokens or count + len(segments) > MAX_SEGMENTS_PER_CALL:
+            batches.append([])
+            tokens = count = 0
+        batches[-1].append(segments)
+        tokens += size
+        count += len(segments)
+    return batches

@@ -12,14 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
-from psycopg_pool import ConnectionPool
-
-from memory_pipelines.db import repository
-from memory_pipelines.db.queries import query
 from memory_pipelines.records import Message, TurnRow
 from memory_pipelines.rules.text import detect_language
 
@@ -83,37 +77,3 @@ def build_turns(messages: Sequence[Message], keys: Sequence[str]) -> list[TurnRo
         rows.append(TurnRow(m.session_id, m.seq, m.user_id, pos, m.role, m.ts, language, body, keys_in(body, keys),
                             _hash(window_text(previous, body, following))))
     return rows
-
-
-@dataclass
-class TurnReport:
-    sessions: set[str] = field(default_factory=set)  # indexed again (most rows may be unchanged)
-    users: set[str] = field(default_factory=set)
-    turns_written: int = 0
-    turns_removed: int = 0
-    languages: Counter = field(default_factory=Counter)  # sessions per text search configuration
-
-
-def index_turns_for_days(pool: ConnectionPool, partition_keys: Sequence[str], run_id: str) -> TurnReport:
-    """memory_turns for each day: every session with messages that day, or whose chunks or
-    summary the day's run wrote, indexed again as it is now (unchanged rows are left alone)."""
-    report = TurnReport()
-    for key in partition_keys:
-        with pool.connection() as conn:
-            sessions = [r[0] for r in conn.execute(query("sessions_to_index"), {"partition_key": key})]
-        for session_id in sessions:
-            with pool.connection() as conn, conn.transaction():
-                repository.lock_sessions(conn, [session_id])
-                messages = repository.session_messages_after(conn, session_id, None)
-                keys = [r[0] for r in conn.execute(query("session_search_keys"), {"session_id": session_id})]
-                rows = build_turns(messages, keys)
-                written, removed = repository.store_turns(conn, session_id, rows, run_id)
-            report.turns_written += written
-            report.turns_removed += removed
-            report.sessions.add(session_id)
-            report.users.update(r.user_id for r in rows)
-            if rows:
-                report.languages[rows[0].language] += 1
-    with pool.connection() as conn, conn.transaction():
-        repository.refresh_turn_stats(conn, sorted(report.users))
-    return report

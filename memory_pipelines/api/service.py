@@ -35,7 +35,7 @@ from memory_pipelines.llm import ModelBackend, build_backend
 from memory_pipelines.llm.backends import render_transcript
 from memory_pipelines.llm.config import ModelConfig, chat_config, decision_config
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES, Message
-from memory_pipelines.query import context_for
+from memory_pipelines.session_context import context_for
 from memory_pipelines.search import AccessDenied, UnifiedMemorySearch, format_served, recall, write_sketch
 from memory_pipelines.transcripts import hash_message
 
@@ -321,7 +321,7 @@ class MemoryService:
         def write(conn: psycopg.Connection, now: datetime) -> dict:
             if session_id is not None:
                 self._own_session(conn, caller, session_id)
-            repository.lock_user(conn, user)  # the pipeline merges a user's fact families under it
+            repository.lock_users(conn, [user])  # the pipeline merges a user's fact families under it
             candidate = FactCandidate(category, key, canonical_key(key), value, source,
                                       confidence if confidence is not None else CONFIDENCE.get(source, DEFAULT_CONFIDENCE),
                                       source_context, now, 0, 0,
@@ -344,7 +344,7 @@ class MemoryService:
             raise ApiError("name the fact's key")
 
         def write(conn: psycopg.Connection, now: datetime) -> dict:
-            repository.lock_user(conn, user)
+            repository.lock_users(conn, [user])
             return {"deleted": repository.delete_fact(conn, user, key, category)}
 
         return self._write(caller, "forget_fact", {"user": user, "key": key, "category": category},

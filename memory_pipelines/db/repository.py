@@ -138,11 +138,11 @@ def lock_sessions(conn: psycopg.Connection, session_ids: Sequence[str]) -> None:
 
 # --- segments ----------------------------------------------------------------------------
 
-def segment_judgement_current(conn: psycopg.Connection, session_id: str, partition_key: str, fingerprint: str) -> bool:
-    """Whether the stored judgement of a session-day was made from these inputs and succeeded."""
-    stored, all_ok, distinct = conn.execute(
-        query("segment_fingerprint"), {"session_id": session_id, "partition_key": partition_key}).fetchone()
-    return stored == fingerprint and bool(all_ok) and distinct == 1
+def current_judgements(conn: psycopg.Connection, session_ids: Sequence[str], partition_key: str) -> dict[str, str]:
+    """session -> the fingerprint of its stored judgement of the day, where that judgement
+    succeeded whole: a session whose fingerprint matches needs no new judging."""
+    return dict(conn.execute(query("segment_fingerprints"), {"session_ids": list(session_ids),
+                                                             "partition_key": partition_key}).fetchall())
 
 
 def replace_segments(conn: psycopg.Connection, judgement: SessionJudgement, partition_key: str, run_id: str,
@@ -166,9 +166,13 @@ def replace_segments(conn: psycopg.Connection, judgement: SessionJudgement, part
         cur.executemany(query("insert_segment"), rows)
 
 
-def dropped_seqs(conn: psycopg.Connection, session_id: str, partition_key: str) -> frozenset[int]:
-    rows = conn.execute(query("dropped_seqs"), {"session_id": session_id, "partition_key": partition_key})
-    return frozenset(r[0] for r in rows)
+def dropped_seqs_by_day(conn: psycopg.Connection, session_id: str,
+                        partition_keys: Sequence[str]) -> dict[str, frozenset[int]]:
+    by_day: dict[str, set[int]] = {}
+    for key, seq in conn.execute(query("dropped_seqs_by_day"), {"session_id": session_id,
+                                                                "partition_keys": list(partition_keys)}):
+        by_day.setdefault(key, set()).add(seq)
+    return {key: frozenset(seqs) for key, seqs in by_day.items()}
 
 
 # --- summaries ---------------------------------------------------------------------------
@@ -262,22 +266,30 @@ def sessions_due_for_extraction(conn: psycopg.Connection, end: datetime, stale_b
         return cur.execute(query("sessions_due_for_extraction"), {"end": end, "stale_before": stale_before}).fetchall()
 
 
-def session_messages_before(conn: psycopg.Connection, session_id: str, end: datetime,
-                            after_seq: int = -1) -> list[Message]:
-    return _message_rows(conn, "session_messages_before", {"session_id": session_id, "end": end, "after_seq": after_seq})
+def sessions_messages_before(conn: psycopg.Connection, session_ids: Sequence[str],
+                             end: datetime) -> dict[str, list[Message]]:
+    """Each session's messages sent before `end`, by seq (sessions without any left out)."""
+    rows = _message_rows(conn, "sessions_messages_before", {"session_ids": list(session_ids), "end": end})
+    return {session_id: list(messages) for session_id, messages in groupby(rows, key=lambda m: m.session_id)}
 
 
-def session_dropped_seqs(conn: psycopg.Connection, session_id: str) -> frozenset[int]:
-    return frozenset(r[0] for r in conn.execute(query("session_dropped_seqs"), {"session_id": session_id}))
+def sessions_dropped_seqs(conn: psycopg.Connection, session_ids: Sequence[str],
+                          partition_key: str | None = None) -> dict[str, frozenset[int]]:
+    """Each session's seqs noise judging dropped: on the day, or on any day (None)."""
+    dropped: dict[str, set[int]] = {}
+    for session_id, seq in conn.execute(query("sessions_dropped_seqs"), {"session_ids": list(session_ids),
+                                                                        "partition_key": partition_key}):
+        dropped.setdefault(session_id, set()).add(seq)
+    return {session_id: frozenset(seqs) for session_id, seqs in dropped.items()}
 
 
-def session_judging_failed(conn: psycopg.Connection, session_id: str, partition_key: str) -> bool:
-    return conn.execute(query("session_judging_failed"),
-                        {"session_id": session_id, "partition_key": partition_key}).fetchone()[0]
+def sessions_judging_failed(conn: psycopg.Connection, session_ids: Sequence[str], partition_key: str) -> set[str]:
+    return {r[0] for r in conn.execute(query("sessions_judging_failed"),
+                                       {"session_ids": list(session_ids), "partition_key": partition_key})}
 
 
-def lock_user(conn: psycopg.Connection, user_id: str) -> None:
-    conn.execute(query("lock_user"), {"user_id": user_id})
+def lock_users(conn: psycopg.Connection, user_ids: Sequence[str]) -> None:
+    conn.execute(query("lock_users"), {"user_ids": list(user_ids)})
 
 
 def restore_archived(conn: psycopg.Connection, archive_id: int) -> list[tuple[str, int]]:
@@ -303,13 +315,24 @@ def _restore_reobserved(conn: psycopg.Connection, listing: str, params: dict) ->
         restore_archived(conn, archive_id)
 
 
-def upsert_facts(conn: psycopg.Connection, user_id: str, candidates: Sequence[FactCandidate], lineage: dict) -> None:
+def archived_fact_keys(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[str, set[tuple[str, str]]]:
+    """Each user's (category, key) pairs that decay ever archived (users with none left out)."""
+    keys: dict[str, set[tuple[str, str]]] = {}
+    for user_id, category, key in conn.execute(query("archived_fact_keys"), {"user_ids": list(user_ids)}):
+        keys.setdefault(user_id, set()).add((category, key))
+    return keys
+
+
+def upsert_facts(conn: psycopg.Connection, user_id: str, candidates: Sequence[FactCandidate], lineage: dict,
+                 ever_archived: set[tuple[str, str]] | None = None) -> None:
     """Upsert by (user_id, category, key) under the event-time rule, then re-merge the
-    families of keys the candidates touched. The user id is the session's, always."""
+    families of keys the candidates touched. The user id is the session's, always.
+    `ever_archived` is `archived_fact_keys` of the user when the caller read it already."""
     if not candidates:
         return
+    if ever_archived is None:
+        ever_archived = archived_fact_keys(conn, [user_id]).get(user_id, set())
     # one question to the archive per user, then one per candidate only where decay took its key
-    ever_archived = set(conn.execute(query("archived_fact_keys"), {"user_id": user_id}).fetchall())
     for c in candidates:
         if (c.category, c.key) in ever_archived:
             _restore_reobserved(conn, "archived_facts_reobserved", {
@@ -332,12 +355,15 @@ def insert_fact_rejections(conn: psycopg.Connection, user_id: str, session_id: s
                 for r in rejections])
 
 
-def mark_session_extracted(conn: psycopg.Connection, due: DueSession, extracted_at: datetime, accepted: int,
-                           rejected: int, partition_key: str, run_id: str) -> None:
-    conn.execute(query("mark_session_extracted"), {
-        "session_id": due.session_id, "user_id": due.user_id, "extracted_through": due.last_ts,
-        "extracted_seq": due.last_seq, "extracted_at": extracted_at, "facts_accepted": accepted,
-        "facts_rejected": rejected, "partition_key": partition_key, "run_id": run_id})
+def mark_sessions_extracted(conn: psycopg.Connection, extracted: Sequence[tuple[DueSession, int, int]],
+                            extracted_at: datetime, partition_key: str, run_id: str) -> None:
+    """Each (session, facts accepted, facts rejected) extracted through its last activity."""
+    with conn.cursor() as cur:
+        cur.executemany(query("mark_session_extracted"), [{
+            "session_id": due.session_id, "user_id": due.user_id, "extracted_through": due.last_ts,
+            "extracted_seq": due.last_seq, "extracted_at": extracted_at, "facts_accepted": accepted,
+            "facts_rejected": rejected, "partition_key": partition_key, "run_id": run_id}
+            for due, accepted, rejected in extracted])
 
 
 def facts_for_user(conn: psycopg.Connection, user_id: str, include_merged: bool = False) -> list[StoredFact]:
@@ -350,9 +376,17 @@ def users_with_outdated_memory_summary(conn: psycopg.Connection) -> list[str]:
     return [r[0] for r in conn.execute(query("users_with_outdated_memory_summary"))]
 
 
-def memory_summary_hash(conn: psycopg.Connection, user_id: str) -> str | None:
-    row = conn.execute(query("memory_summary_hash"), {"user_id": user_id}).fetchone()
-    return row[0] if row else None
+def memory_summary_hashes(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[str, str]:
+    return dict(conn.execute(query("memory_summary_hashes"), {"user_ids": list(user_ids)}).fetchall())
+
+
+def visible_facts_of_users(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[str, list[tuple[str, str, str]]]:
+    """Each user's visible facts as (category, key, value), by category and key."""
+    facts: dict[str, list[tuple[str, str, str]]] = {}
+    rows = conn.execute(query("visible_facts_of_users"), {"user_ids": list(user_ids)})
+    for user_id, category, key, value in rows:
+        facts.setdefault(user_id, []).append((category, key, value))
+    return facts
 
 
 def upsert_memory_summary(conn: psycopg.Connection, user_id: str, content: str, fact_count: int, facts_hash: str,
@@ -426,9 +460,17 @@ def check_frame(conn: psycopg.Connection, rows_query: str, params: Mapping) -> p
 
 # --- knowledge ---------------------------------------------------------------------------
 
-def summary_as_of(conn: psycopg.Connection, session_id: str, partition_key: str) -> Summary | None:
-    row = conn.execute(query("summary_as_of"), {"session_id": session_id, "partition_key": partition_key}).fetchone()
-    return Summary.from_json(row[0]) if row else None
+def summaries_as_of_sessions(conn: psycopg.Connection, session_ids: Sequence[str],
+                             partition_key: str) -> dict[str, Summary]:
+    rows = conn.execute(query("summaries_as_of_sessions"), {"session_ids": list(session_ids),
+                                                            "partition_key": partition_key})
+    return {session_id: Summary.from_json(summary) for session_id, summary in rows}
+
+
+def knowledge_source_fingerprints(conn: psycopg.Connection, session_ids: Sequence[str],
+                                  partition_key: str) -> dict[str, str]:
+    return dict(conn.execute(query("knowledge_source_fingerprints"), {"session_ids": list(session_ids),
+                                                                      "partition_key": partition_key}).fetchall())
 
 
 def forge_knowledge(conn: psycopg.Connection, entries: Sequence[EntryCandidate], lineage: dict) -> int:
@@ -503,17 +545,38 @@ def forgotten_for(conn: psycopg.Connection, user_ids: Sequence[str]) -> frozense
 
 # --- turns -------------------------------------------------------------------------------
 
-def store_turns(conn: psycopg.Connection, session_id: str, rows: Sequence[TurnRow], run_id: str) -> tuple[int, int]:
-    """A session's turns as `rows` say (unchanged ones untouched); returns (written, removed)."""
+def sessions_messages(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, list[Message]]:
+    rows = _message_rows(conn, "sessions_messages", {"session_ids": list(session_ids)})
+    return {session_id: list(messages) for session_id, messages in groupby(rows, key=lambda m: m.session_id)}
+
+
+def sessions_search_keys(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, list[str]]:
+    """Each session's chunk breadcrumbs and summary keys, sorted."""
+    keys: dict[str, list[str]] = {}
+    for session_id, key in conn.execute(query("sessions_search_keys"), {"session_ids": list(session_ids)}):
+        keys.setdefault(session_id, []).append(key)
+    return keys
+
+
+def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequence[TurnRow],
+                run_id: str) -> tuple[int, int]:
+    """The sessions' turns as `rows` say (unchanged ones untouched, the others' gone);
+    returns (written, removed). Only changed rows are sent: a turn's text search vector is
+    computed by the server for every row sent, and most of a session's turns are unchanged
+    when it is indexed again."""
+    stored = {(session_id, seq): hashes for session_id, seq, *hashes in conn.execute(
+        query("stored_turn_hashes"), {"session_ids": list(session_ids)})}
+    changed = [r for r in rows if stored.get((r.session_id, r.seq)) != [r.content_hash, r.window_hash]]
     written = 0
-    if rows:
+    if changed:
         with conn.cursor() as cur:
             cur.executemany(query("upsert_turn"), [
                 {**asdict(r), "keys": list(r.keys), "content_hash": r.content_hash, "run_id": run_id}
-                for r in rows])
+                for r in changed])
             written = cur.rowcount
-    removed = conn.execute(query("delete_turns_except"),
-                           {"session_id": session_id, "seqs": [r.seq for r in rows]}).rowcount
+    removed = conn.execute(query("delete_turns_except"), {
+        "session_ids": list(session_ids), "kept_sessions": [r.session_id for r in rows],
+        "kept_seqs": [r.seq for r in rows]}).rowcount
     return written, removed
 
 

@@ -151,25 +151,35 @@ class HashingEmbedder(Embedder):
         super().__init__(config)
         self._dimension = config.dimension or HASHING_DIMENSION
 
-    def _features(self, text: str) -> list[tuple[str, float]]:
-        folded = unicodedata.normalize("NFKC", text).casefold()
-        words = self._WORD.findall(folded)
-        features = [(f"w:{w}", 1.0) for w in words]
-        for word in words:
-            padded = f"<{word}>"
-            features.extend((f"g:{padded[i:i + 3]}", 0.5) for i in range(max(1, len(padded) - 2)))
-        return features
-
     def _embed_batch(self, texts):
         vectors = []
         for text in texts:
             vector = [0.0] * self._dimension
-            for feature, weight in self._features(text):
-                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-                bucket = int.from_bytes(digest[:4], "little") % self._dimension
-                vector[bucket] += weight if digest[4] & 1 else -weight
+            words = self._WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+            terms = [_word_terms(word, self._dimension) for word in words]
+            # every word's own feature first, then every word's 3-grams: the order the sums
+            # were always made in, so the vectors stay the same to the last bit
+            for (bucket, sign), _ in terms:
+                vector[bucket] += 1.0 if sign else -1.0
+            for _, grams in terms:
+                for bucket, sign in grams:
+                    vector[bucket] += 0.5 if sign else -0.5
             vectors.append(vector)
         return vectors
+
+
+def _signed_bucket(feature: str, dimension: int) -> tuple[int, bool]:
+    digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+    return int.from_bytes(digest[:4], "little") % dimension, bool(digest[4] & 1)
+
+
+@lru_cache(maxsize=1 << 17)
+def _word_terms(word: str, dimension: int) -> tuple[tuple[int, bool], tuple[tuple[int, bool], ...]]:
+    """A word's hashed feature and its character 3-grams' (`<word>` padded), each as
+    (bucket, sign): a word is hashed once per process, not once per occurrence."""
+    padded = f"<{word}>"
+    grams = tuple(_signed_bucket(f"g:{padded[i:i + 3]}", dimension) for i in range(max(1, len(padded) - 2)))
+    return _signed_bucket(f"w:{word}", dimension), grams
 
 
 class _HttpEmbedder(Embedder):

@@ -13,25 +13,31 @@ LEFT JOIN session_memory_state s USING (session_id)
 WHERE a.last_ts < %(stale_before)s AND (s.session_id IS NULL OR s.extracted_through < a.last_ts)
 ORDER BY a.session_id;
 
--- name: session_messages_before
+-- name: sessions_messages_before
+-- The messages of several sessions sent before the end, by session and seq.
 SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
        agent_id, tool_name, tool_args, tool_call_id, metadata
 FROM messages
-WHERE session_id = %(session_id)s AND ts < %(end)s AND seq > %(after_seq)s
-ORDER BY seq;
+WHERE session_id = ANY(%(session_ids)s) AND ts < %(end)s
+ORDER BY session_id, seq;
 
--- name: session_dropped_seqs
-SELECT s.seq FROM conversation_segments c
+-- name: sessions_dropped_seqs
+-- Each session's messages that noise judging dropped: on one day, or on any (partition_key NULL).
+SELECT c.session_id, s.seq FROM conversation_segments c
 JOIN LATERAL generate_series(c.start_seq, c.end_seq) AS s(seq) ON true
-WHERE c.session_id = %(session_id)s AND c.dropped;
+WHERE c.session_id = ANY(%(session_ids)s) AND c.dropped
+  AND (%(partition_key)s::text IS NULL OR c.partition_key = %(partition_key)s::text);
 
--- name: session_judging_failed
--- Whether a day of the session up to this partition kept everything because judging failed.
-SELECT EXISTS (SELECT 1 FROM conversation_segments WHERE session_id = %(session_id)s
-               AND partition_key <= %(partition_key)s AND judge_status = 'failed');
+-- name: sessions_judging_failed
+-- The sessions of which a day up to this partition kept everything because judging failed.
+SELECT DISTINCT session_id FROM conversation_segments
+WHERE session_id = ANY(%(session_ids)s) AND partition_key <= %(partition_key)s AND judge_status = 'failed';
 
--- name: lock_user
-SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.user'), hashtext(%(user_id)s));
+-- name: lock_users
+-- Serializes writes of a user's facts (released at the end of the transaction); several are
+-- taken in user order, so two transactions locking overlapping sets never deadlock.
+SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.user'), hashtext(user_id))
+FROM (SELECT DISTINCT user_id FROM unnest(%(user_ids)s::text[]) AS u(user_id) ORDER BY user_id) ordered;
 
 -- name: upsert_fact
 -- Event time wins: an observation older than the stored one changes nothing; an equal
@@ -107,8 +113,15 @@ GROUP BY f.user_id, s.updated_at
 HAVING s.updated_at IS NULL OR max(f.updated_at) > s.updated_at
 ORDER BY 1;
 
--- name: memory_summary_hash
-SELECT facts_hash FROM memory_summary WHERE user_id = %(user_id)s;
+-- name: memory_summary_hashes
+-- What each user's memory_summary was written from (users without one left out).
+SELECT user_id, facts_hash FROM memory_summary WHERE user_id = ANY(%(user_ids)s);
+
+-- name: visible_facts_of_users
+-- (category, key, value) of each user's visible facts, by user, category and key.
+SELECT user_id, category, key, value FROM memory_facts
+WHERE user_id = ANY(%(user_ids)s) AND merged_into IS NULL
+ORDER BY user_id, category, key;
 
 -- name: upsert_memory_summary
 INSERT INTO memory_summary AS s (user_id, content, fact_count, facts_hash, model, prompt_version, run_id)

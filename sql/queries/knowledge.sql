@@ -97,11 +97,6 @@ WHERE EXCLUDED.observed_at > e.observed_at;
 SELECT DISTINCT session_id FROM messages
 WHERE ts >= %(start)s AND ts < %(end)s AND role = 'tool' AND (metadata ->> 'is_error')::boolean;
 
--- name: summary_as_of
-SELECT summary FROM session_summary_versions
-WHERE session_id = %(session_id)s AND partition_key <= %(partition_key)s
-ORDER BY version DESC LIMIT 1;
-
 -- name: graph_relations
 -- One hop around an entity (or every triple), optionally valid at a moment.
 SELECT id, subject, relation, object, confidence, valid_from, valid_until, session_id, seq_start, seq_end
@@ -112,8 +107,16 @@ WHERE user_id = %(user_id)s
   AND (%(at)s::timestamptz IS NULL OR (valid_from <= %(at)s AND (valid_until IS NULL OR valid_until > %(at)s)))
 ORDER BY CASE WHEN %(at)s::timestamptz IS NOT NULL THEN -confidence END, valid_from, id;
 
--- name: knowledge_source_fingerprint
-SELECT fingerprint FROM knowledge_sources WHERE session_id = %(session_id)s AND partition_key = %(partition_key)s;
+-- name: knowledge_source_fingerprints
+-- What each session-day's stored entries were synthesized from.
+SELECT session_id, fingerprint FROM knowledge_sources
+WHERE session_id = ANY(%(session_ids)s) AND partition_key = %(partition_key)s;
+
+-- name: summaries_as_of_sessions
+-- Each session's newest summary version up to the day (sessions without one left out).
+SELECT DISTINCT ON (session_id) session_id, summary FROM session_summary_versions
+WHERE session_id = ANY(%(session_ids)s) AND partition_key <= %(partition_key)s
+ORDER BY session_id, version DESC;
 
 -- name: record_knowledge_source
 INSERT INTO knowledge_sources (session_id, partition_key, fingerprint, entries, run_id)

@@ -60,10 +60,10 @@ SELECT id, source_table, source_id, row_data FROM memory_archive
 WHERE source_table = 'memory_facts' AND reason = 'merged_with' AND (row_data ->> 'merged_into')::bigint = %(source_id)s;
 
 -- name: archived_fact_keys
--- The user's (category, key) pairs that decay ever archived: only their candidates can
+-- The users' (category, key) pairs that decay ever archived: only their candidates can
 -- have an archived copy to bring back.
-SELECT DISTINCT row_data ->> 'category', row_data ->> 'key' FROM memory_archive
-WHERE source_table = 'memory_facts' AND reason <> 'merged_with' AND user_id = %(user_id)s;
+SELECT DISTINCT user_id, row_data ->> 'category', row_data ->> 'key' FROM memory_archive
+WHERE source_table = 'memory_facts' AND reason <> 'merged_with' AND user_id = ANY(%(user_ids)s);
 
 -- name: archived_facts_reobserved
 -- Archived copies of a fact observed again after it was last verified, with no live row

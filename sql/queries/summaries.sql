@@ -28,16 +28,20 @@ SELECT DISTINCT session_id, user_id FROM messages
 WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'
 ORDER BY session_id;
 
--- name: segment_fingerprint
--- The fingerprint of a session-day's judgement, when every segment of it was judged.
-SELECT min(fingerprint), bool_and(judge_status = 'ok'), count(DISTINCT fingerprint)
+-- name: segment_fingerprints
+-- The fingerprint of each session-day's judgement, when every segment of it was judged and
+-- all carry the same one (sessions never judged that day left out).
+SELECT session_id, min(fingerprint)
 FROM conversation_segments
-WHERE session_id = %(session_id)s AND partition_key = %(partition_key)s;
+WHERE session_id = ANY(%(session_ids)s) AND partition_key = %(partition_key)s
+GROUP BY session_id
+HAVING bool_and(judge_status = 'ok') AND count(DISTINCT fingerprint) = 1;
 
--- name: dropped_seqs
-SELECT s.seq FROM conversation_segments c
+-- name: dropped_seqs_by_day
+-- A session's messages noise judging dropped, by day, for the days asked.
+SELECT c.partition_key, s.seq FROM conversation_segments c
 JOIN LATERAL generate_series(c.start_seq, c.end_seq) AS s(seq) ON true
-WHERE c.session_id = %(session_id)s AND c.partition_key = %(partition_key)s AND c.dropped;
+WHERE c.session_id = %(session_id)s AND c.partition_key = ANY(%(partition_keys)s) AND c.dropped;
 
 -- name: delete_session_day_segments
 DELETE FROM conversation_segments WHERE session_id = %(session_id)s AND partition_key = %(partition_key)s;

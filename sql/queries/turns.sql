@@ -12,15 +12,27 @@ UNION
 SELECT session_id FROM session_summary_versions WHERE partition_key = %(partition_key)s::text
 ORDER BY 1;
 
--- name: session_search_keys
--- The breadcrumbs of a session's chunks and its current summary's keys.
-SELECT k FROM (
-    SELECT unnest(breadcrumbs) AS k FROM memory_chunks WHERE session_id = %(session_id)s
+-- name: sessions_search_keys
+-- Each session's chunk breadcrumbs and its current summary's keys, by session and key.
+SELECT session_id, k FROM (
+    SELECT session_id, unnest(breadcrumbs) AS k FROM memory_chunks WHERE session_id = ANY(%(session_ids)s)
     UNION
-    SELECT jsonb_array_elements_text(summary -> 'keys') FROM session_summaries
-    WHERE session_id = %(session_id)s AND jsonb_typeof(summary -> 'keys') = 'array'
+    SELECT session_id, jsonb_array_elements_text(summary -> 'keys') FROM session_summaries
+    WHERE session_id = ANY(%(session_ids)s) AND jsonb_typeof(summary -> 'keys') = 'array'
 ) AS found
-ORDER BY k;
+ORDER BY session_id, k;
+
+-- name: sessions_messages
+-- Every message of several sessions, by session and seq.
+SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
+       agent_id, tool_name, tool_args, tool_call_id, metadata
+FROM messages
+WHERE session_id = ANY(%(session_ids)s)
+ORDER BY session_id, seq;
+
+-- name: stored_turn_hashes
+-- What the sessions' stored turns hold and what their embeddings read, to send only changes.
+SELECT session_id, seq, content_hash, window_hash FROM memory_turns WHERE session_id = ANY(%(session_ids)s);
 
 -- name: upsert_turn
 -- Rewritten only when what it holds or what its embedding reads changed; a new window drops
@@ -41,7 +53,10 @@ SET user_id = EXCLUDED.user_id, pos = EXCLUDED.pos, role = EXCLUDED.role, ts = E
 WHERE t.content_hash <> EXCLUDED.content_hash OR t.window_hash <> EXCLUDED.window_hash;
 
 -- name: delete_turns_except
-DELETE FROM memory_turns WHERE session_id = %(session_id)s AND NOT seq = ANY(%(seqs)s::bigint[]);
+-- The sessions' turns that are no longer among the (session, seq) pairs kept.
+DELETE FROM memory_turns
+WHERE session_id = ANY(%(session_ids)s)
+  AND (session_id, seq) NOT IN (SELECT * FROM unnest(%(kept_sessions)s::text[], %(kept_seqs)s::bigint[]));
 
 -- name: delete_turn_stats
 DELETE FROM memory_turn_stats WHERE user_id = ANY(%(user_ids)s);

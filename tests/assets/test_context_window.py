@@ -12,7 +12,7 @@ import pytest
 
 from assets.definitions import all_assets
 from assets.resources import resources_from_env
-from memory_pipelines.query import context_for
+from memory_pipelines.session_context import context_for
 from tests.helpers import QUIET
 
 MESSAGES = 50

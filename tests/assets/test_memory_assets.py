@@ -210,7 +210,7 @@ def test_a_broken_merge_pointer_fails_the_blocking_fact_check(database_url, tmp_
 def test_facts_prompt_lines_carry_confidence_and_age(database_url, tmp_path):
     from datetime import UTC, datetime
 
-    from memory_pipelines.query import facts_prompt, user_facts
+    from memory_pipelines.session_context import facts_prompt, user_facts
 
     write_session(tmp_path, "s1", "ann", [("user", "I prefer neovim as my editor"), ("assistant", "ok")])
     materialize_partitions([transcripts, memory_facts], ["2026-10-01"], database_url, tmp_path)

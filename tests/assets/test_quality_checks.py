@@ -14,11 +14,11 @@ import pytest
 from assets.definitions import all_assets
 from assets.distillation import conversation_segments
 from assets.transcripts import transcripts
-from memory_pipelines.checks import CHECKS, run_checks
+from memory_pipelines.quality_gates.catalogue import CHECKS, run_checks
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.embed import EmbedConfig, build_embedder
-from memory_pipelines.embeddings import EMBEDDED_TABLES
-from memory_pipelines.quality import validate_frame
+from memory_pipelines.stages.embeddings import EMBEDDED_TABLES
+from memory_pipelines.quality_gates.expectations import validate_frame
 from tests.conftest import TEMPLATE_DB, _admin
 from tests.helpers import EAGER_DECAY, materialize_partitions, materialize_range, pipeline_resources, with_database
 

@@ -12,7 +12,7 @@ from assets.distillation import conversation_segments, session_summaries
 from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.llm import ModelConfig, build_backend
-from memory_pipelines.query import context_for
+from memory_pipelines.session_context import context_for
 from tests.fakes import FakeModelServer, Fault
 from tests.helpers import materialize_partitions
 

@@ -17,7 +17,7 @@ from pgvector.psycopg import register_vector
 
 from memory_pipelines import graph, lineage
 from memory_pipelines.embed import build_embedder, embed_config
-from memory_pipelines.query import context_for
+from memory_pipelines.session_context import context_for
 from memory_pipelines.search import UnifiedMemorySearch
 from tests.helpers import ENTRY, Server, free_port, start_server
 

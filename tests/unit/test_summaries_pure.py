@@ -12,7 +12,7 @@ from memory_pipelines.records import Message, Summary, TimeWindow
 from memory_pipelines.rules.noise import judge_segments
 from memory_pipelines.rules.summary import overturned_entries, relevant_entries, summarize
 from memory_pipelines.rules.text import detect_language
-from memory_pipelines.distill import MAX_SEGMENTS_PER_CALL, pack_sessions
+from memory_pipelines.segments import MAX_SEGMENTS_PER_CALL, pack_sessions
 from memory_pipelines.segments import cut_segments, judge_sessions
 from memory_pipelines.summaries import (
     Day, DiscardFrom, FoldPlan, SummaryState, VersionBuilt, VersionsReused, chunk_messages, fold_session, rendered_length,

@@ -20,7 +20,7 @@ from memory_pipelines.knowledge import CONSENT, KINDS, SCOPES
 from memory_pipelines.records import (
     MAX_KEY_DECISIONS, MAX_KEYS, MAX_PAST_DISCUSSIONS, ROLES, SUMMARY_FIELDS, QuarantineReason,
 )
-from memory_pipelines.quality import QualityResult, validate_frame
+from memory_pipelines.quality_gates.expectations import QualityResult, validate_frame
 from memory_pipelines.rules.noise import DROP_THRESHOLD
 from memory_pipelines.turns import INDEXED_ROLES, TEXT_SEARCH_CONFIGS
 

@@ -24,7 +24,7 @@ import pandas as pd
 
 _context_lock = threading.Lock()
 _context = None
-_batch_definitions: dict = {}
+_checks_batch = None
 EXAMPLES = 3  # failing rows named in a summary, per expectation
 EXAMPLE_CHARS = 80
 
@@ -37,10 +37,11 @@ class QualityResult:
     failures: tuple[str, ...]
 
 
-def _batch_definition(name: str):
-    """The whole-dataframe batch definition of one check, registered once per process (every
-    registration rewrites the context's configuration)."""
-    global _context
+def _batch_definition():
+    """The whole-dataframe batch definition every check's frame is validated through,
+    registered once per process: each registration rewrites the context's configuration,
+    about 0.35 s, so one per check was most of what the checks cost."""
+    global _context, _checks_batch
     with _context_lock:
         if _context is None:
             import great_expectations as gx
@@ -51,10 +52,9 @@ def _batch_definition(name: str):
             _context = gx.get_context(mode="ephemeral")
             _context.variables.progress_bars = ProgressBarsConfig(globally=False)
             _context.data_sources.add_pandas("memory_pipelines")
-        if name not in _batch_definitions:
-            source = _context.data_sources.get("memory_pipelines")
-            _batch_definitions[name] = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("all")
-        return _batch_definitions[name]
+            _checks_batch = (_context.data_sources.get("memory_pipelines").add_dataframe_asset("checks")
+                             .add_batch_definition_whole_dataframe("all"))
+        return _checks_batch
 
 
 def _expectation(spec: tuple, index: int):
@@ -158,13 +158,23 @@ def _results(batch, name: str, specs: dict[int, tuple], result_format) -> dict[i
     return {r.expectation_config.meta["index"]: r for r in batch.validate(suite, result_format=result_format).results}
 
 
+def _exception_message(info: dict | None) -> str | None:
+    """What went wrong inside an expectation: great-expectations gives either one
+    {raised_exception, exception_message} or such a dict per metric it could not compute."""
+    if not info:
+        return None
+    if "raised_exception" in info:
+        return info.get("exception_message") if info["raised_exception"] else None
+    return next((m for m in map(_exception_message, info.values()) if m), None)
+
+
 def validate_frame(name: str, frame: pd.DataFrame, specs: Sequence[tuple], key: Sequence[str]) -> QualityResult:
     """Run the expectations over `frame` (the rows in scope of one check); `key` names the
     columns that identify a row in the summary's examples."""
     if frame.empty:
         return QualityResult(True, 0, f"{name}: no rows in scope", ())
     frame = _with_schema_errors(frame, specs)
-    batch = _batch_definition(name).get_batch(batch_parameters={"dataframe": frame})
+    batch = _batch_definition().get_batch(batch_parameters={"dataframe": frame})
     # pass or fail first, at half the cost; only failed expectations run again to name their rows
     verdicts = _results(batch, name, dict(enumerate(specs)), "BOOLEAN_ONLY")
     failed = {index: spec for index, spec in enumerate(specs) if not verdicts[index].success}
@@ -173,7 +183,7 @@ def validate_frame(name: str, frame: pd.DataFrame, specs: Sequence[tuple], key: 
     failures = []
     for index, spec in failed.items():
         result = details[index]
-        error = (result.exception_info or {}).get("exception_message")
+        error = _exception_message(result.exception_info)
         examples = [_example(spec, row, key) for row in (result.result.get("partial_unexpected_index_list")
                                                          or [])[:EXAMPLES]]
         failures.append(f"{describe(spec)}: " + (

@@ -1,12 +1,12 @@
-"""Data-quality gates as asset checks: each stage's checks (memory_pipelines.checks) are
+"""Data-quality gates as asset checks: each stage's checks (memory_pipelines.quality_gates.catalogue) are
 declared on its asset and yielded from its body over the rows of the partition(s) being
 materialized. An unpartitioned `@asset_check` would read every partition."""
 
 import dagster as dg
 
 from assets.resources import PostgresResource
-from memory_pipelines.checks import CHECKS, QualityCheck, run_checks
-from memory_pipelines.quality import QualityResult
+from memory_pipelines.quality_gates.catalogue import CHECKS, QualityCheck, run_checks
+from memory_pipelines.quality_gates.expectations import QualityResult
 
 
 def quality_check_specs(*assets: str) -> list[dg.AssetCheckSpec]:

@@ -1,0 +1,72 @@
+"""What every asset body does with its stage's report, written once: the stage window of the
+run, the materialization metadata (counts, partition window, model calls and tokens, a
+markdown preview), the log lines, and the asset's quality checks over what it wrote."""
+
+from collections.abc import Iterator
+
+import dagster as dg
+
+from assets.asset_checks import partition_scope, quality_check_results
+from assets.resources import PostgresResource
+from memory_pipelines.reporting import markdown_table
+from memory_pipelines.stages.common import StageReport, Window
+
+
+def stage_window(context: dg.AssetExecutionContext) -> Window:
+    """The days this run materializes, in order (one day, or a backfill's range as one run)."""
+    return Window(tuple(context.partition_keys), context.run_id)
+
+
+def call_metadata(report: StageReport) -> dict:
+    """Model calls, tokens, estimated cost and the models used."""
+    calls = report.calls
+    return {
+        "model_calls": len(calls),
+        "model_calls_failed": sum(1 for c in calls if c.status != "ok"),
+        "model_calls_over_budget": sum(c.budget_reached for c in calls),
+        "input_tokens": sum(c.input_tokens for c in calls),
+        "output_tokens": sum(c.output_tokens for c in calls),
+        "estimated_cost_usd": round(sum(c.cost_usd for c in calls if c.cost_usd is not None), 6),
+        "unpriced_calls": sum(1 for c in calls if c.cost_usd is None),
+        "models": sorted({f"{c.backend}/{c.model}" for c in calls}),
+    }
+
+
+def _preview(rows: list[dict]) -> dg.MetadataValue:
+    return dg.MetadataValue.md(markdown_table(rows, list(rows[0]) if rows else []))
+
+
+def report_metadata(window: Window, report: StageReport) -> dict:
+    return {
+        "partitions": window.label,
+        **report.counts.metadata(),
+        **(call_metadata(report) if report.calls_models else {}),
+        "preview": _preview(report.preview),
+        **{name: _preview(rows) for name, rows in report.extra_previews.items()},
+    }
+
+
+def stage_results(context: dg.AssetExecutionContext, postgres: PostgresResource, report: StageReport,
+                  *, stop_on_failure: bool = False, **extra_metadata) -> Iterator:
+    """The materialization(s) of the assets this step selected, then their quality checks
+    over the rows in scope. With `stop_on_failure`, a session the stage could not finish
+    fails the step instead (what it saved stays; the next run resumes), retried unless the
+    run's token budget is what stopped it."""
+    window = stage_window(context)
+    metadata = {**report_metadata(window, report), **extra_metadata}
+    for warning in report.warnings:
+        context.log.warning("%s: %s", window.label, warning)
+    if report.failures and stop_on_failure:
+        raise dg.Failure(
+            description=f"{len(report.failures)} session(s) stopped at a failed model call: {report.failures[0]}",
+            metadata={**metadata, "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in report.failures))},
+            allow_retries=not all(f.budget_reached for f in report.failures),
+        )
+    for failure in report.failures:
+        context.log.warning(str(failure))
+    calls = f", {len(report.calls)} model calls" if report.calls_models else ""
+    context.log.info("%s: %s%s", window.label, report.counts.headline() or "nothing to do", calls)
+    selected = sorted(key.to_user_string() for key in context.selected_asset_keys)
+    for asset in selected:  # a multi-asset's one stage writes every table it declares
+        yield dg.MaterializeResult(asset_key=asset, metadata=metadata)
+    yield from quality_check_results(postgres, partition_scope(context, **report.check_scope), *selected)

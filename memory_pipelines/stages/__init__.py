@@ -1,0 +1,3 @@
+"""The pipeline's stages, one module per asset: each owns its reads, its calls of the pure
+functions and its writes, behind `run(pool, window, settings, backends) -> StageReport`
+(`common`)."""

@@ -1,0 +1,69 @@
+"""Stage `memory_chunks`: what left each session's context window, packed into chunks from
+the last chunk on. A day is a few set-based statements over all its sessions (locked
+together, in session order), not a round trip per session."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+
+from psycopg_pool import ConnectionPool
+
+from memory_pipelines.chunks import PACKER_VERSION, chunk_breadcrumbs, pack_chunks
+from memory_pipelines.config import SPECS
+from memory_pipelines.db import repository
+from memory_pipelines.records import TimeWindow
+from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
+
+ASSET = "memory_chunks"
+
+
+@dataclass(frozen=True)
+class Settings:
+    stale_after: timedelta = timedelta(minutes=SPECS["MEMORY_STALE_MINUTES"].default)
+    # the last messages that stay in the context, not chunked yet
+    window: int = SPECS["MEMORY_CONTEXT_MESSAGES"].default
+
+
+@dataclass
+class ChunkCounts(Counts):
+    sessions_considered: int = 0
+    chunks_written: int = 0
+    messages_chunked: int = 0
+
+
+def run(pool: ConnectionPool, window: Window, settings: Settings,
+        backends: Backends = NO_BACKENDS) -> StageReport[ChunkCounts]:
+    """Chunks for each day: what left each session's context window as of the day's end."""
+    report = StageReport(ChunkCounts())
+    counts = report.counts
+    for key, day in window.days(ASSET):
+        with pool.connection() as conn, conn.transaction():
+            # sessions active in the day, or gone stale early in it
+            session_ids = list(dict.fromkeys(s for s, _ in repository.sessions_in_window(
+                conn, TimeWindow(day.start - settings.stale_after, day.end))))
+            repository.lock_sessions(conn, session_ids)
+            states = repository.chunk_window_states(conn, session_ids, day.end, settings.window)
+            pending = repository.chunk_pending_messages(conn, states, day.end)
+            packed = {}
+            for state in states:
+                stale = state.last_ts is not None and state.last_ts < day.end - settings.stale_after
+                chunks = pack_chunks(pending.get(state.session_id, []), state.eligible, stale)
+                if chunks:
+                    packed[state.session_id] = chunks
+            summary_keys = repository.summary_keys_as_of_sessions(conn, list(packed), key)
+            rows = []
+            for session_id, chunks in packed.items():
+                version, keys = summary_keys.get(session_id, (None, []))
+                rows += [{**asdict(c), "content_hash": c.content_hash, "breadcrumbs": chunk_breadcrumbs(c, keys),
+                          "summary_version": version, "partition_key": key, "run_id": window.run_id,
+                          "model": "chunker", "prompt_version": PACKER_VERSION} for c in chunks]
+                report.sessions.add(session_id)
+                counts.messages_chunked += sum(c.message_count for c in chunks)
+            counts.chunks_written += repository.insert_chunks(conn, rows)
+            report.preview.extend({"session": r["session_id"], "seqs": f"{r['start_seq']}-{r['end_seq']}",
+                                   "chars": len(r["content"]), "breadcrumbs": ", ".join(r["breadcrumbs"][:6]),
+                                   "content": r["content"]} for r in rows)
+        counts.sessions_considered += len(session_ids)
+    report.check_scope = {"session_ids": sorted(report.sessions)}
+    return report

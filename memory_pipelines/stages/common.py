@@ -1,0 +1,228 @@
+"""What every stage shares: the days a run covers, the typed report a stage returns, the
+model back ends it is given and the helper that runs independent work side by side.
+
+A stage (`memory_pipelines.stages.<stage>`) owns its reads, its calls of the pure functions
+and its writes, behind one entry point `run(pool, window, settings, backends) -> StageReport`.
+No Dagster here: the assets are thin wrappers that turn a report into a materialization.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+import psycopg
+
+from memory_pipelines.db import repository
+from memory_pipelines.embed import Embedder
+from memory_pipelines.llm.backends import ModelBackend, ModelCall
+from memory_pipelines.records import TimeWindow
+
+ONE_DAY = timedelta(days=1)
+
+
+def day_window(partition_key: str) -> TimeWindow:
+    """The UTC day a daily partition key names."""
+    start = datetime.fromisoformat(partition_key).replace(tzinfo=UTC)
+    return TimeWindow(start, start + ONE_DAY)
+
+
+# (stage, days) -> a context whose value is called once per day done; None: no progress shown
+ProgressBars = Callable[[str, int], AbstractContextManager[Callable[[], None]]]
+_progress_bars: ProgressBars | None = None
+PROGRESS_MIN_DAYS = 30  # shorter ranges finish before a bar tells anything
+
+
+@contextmanager
+def progress_bars(bars: ProgressBars) -> Iterator[None]:
+    """Show a bar per stage over its days while inside (the CLI's in-process runs: a step in
+    another process shows none and logs only)."""
+    global _progress_bars
+    previous, _progress_bars = _progress_bars, bars
+    try:
+        yield
+    finally:
+        _progress_bars = previous
+
+
+@dataclass(frozen=True)
+class Window:
+    """The consecutive days one run covers, in order, and the run's id (every row a stage
+    writes names it)."""
+
+    partition_keys: tuple[str, ...]
+    run_id: str
+
+    def __post_init__(self) -> None:
+        if not self.partition_keys:
+            raise ValueError("a stage window needs at least one day")
+
+    @property
+    def first(self) -> str:
+        return self.partition_keys[0]
+
+    @property
+    def last(self) -> str:
+        return self.partition_keys[-1]
+
+    @property
+    def span(self) -> TimeWindow:
+        return TimeWindow(day_window(self.first).start, day_window(self.last).end)
+
+    @property
+    def label(self) -> str:
+        return self.first if self.first == self.last else f"{self.first}..{self.last}"
+
+    def days(self, stage: str) -> Iterator[tuple[str, TimeWindow]]:
+        """The days in order, each with its UTC window; a long range advances `stage`'s bar."""
+        bars = _progress_bars
+        if bars is None or len(self.partition_keys) < PROGRESS_MIN_DAYS:
+            for key in self.partition_keys:
+                yield key, day_window(key)
+            return
+        with bars(stage, len(self.partition_keys)) as advance:
+            for key in self.partition_keys:
+                yield key, day_window(key)
+                advance()
+
+
+@dataclass(frozen=True)
+class Backends:
+    """The back ends a stage may call: `judge` decides (noise, relevance), `writer` writes
+    memory (summaries, facts, knowledge), `embedder` embeds. A stage uses what it needs."""
+
+    judge: ModelBackend | None = None
+    writer: ModelBackend | None = None
+    embedder: Embedder | None = None
+
+
+NO_BACKENDS = Backends()
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Where a model call is recorded: the run and the asset that made it."""
+
+    run_id: str
+    asset: str
+
+    def record(self, conn: psycopg.Connection, calls: Sequence[ModelCall], partition_key: str | None,
+               session_id: str | None) -> None:
+        repository.insert_llm_calls(conn, calls, run_id=self.run_id, asset=self.asset, partition_key=partition_key,
+                                    session_id=session_id)
+
+
+@dataclass(frozen=True)
+class StageFailure:
+    """A session (or a user's memory summary) a stage left as it was, and why; the next run
+    or the step's retry does it again."""
+
+    session_id: str | None
+    partition_key: str | None
+    reason: str
+    budget_reached: bool = False  # stopped by the run's token budget: a retry cannot help
+    user_id: str | None = None  # for work of a user's rather than a session's
+
+    def __str__(self) -> str:
+        subject = self.session_id or f"memory_summary of {self.user_id}"
+        return f"{subject} {self.partition_key}: {self.reason}" if self.partition_key else f"{subject}: {self.reason}"
+
+
+@dataclass
+class Counts:
+    """A stage's typed counts; each stage subclasses it with its own fields, whose names are
+    the metadata keys. Merging adds numbers, adds up Counters and keeps the newer value of
+    anything else."""
+
+    def add(self, other: "Counts") -> None:
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, Counter):
+                mine.update(theirs)
+            elif isinstance(mine, int | float) and not isinstance(mine, bool):
+                setattr(self, f.name, mine + theirs)
+            elif theirs not in (None, "", {}, []):
+                setattr(self, f.name, theirs)
+
+    def metadata(self) -> dict[str, Any]:
+        return {f.name: dict(sorted(v.items())) if isinstance(v := getattr(self, f.name), Counter) else v
+                for f in fields(self)}
+
+    def headline(self) -> str:
+        """The non-zero numbers, for a log line."""
+        return ", ".join(f"{name} {v}" for name, v in self.metadata().items()
+                         if isinstance(v, int) and not isinstance(v, bool) and v)
+
+
+C = TypeVar("C", bound=Counts)
+
+
+@dataclass
+class StageReport(Generic[C]):
+    """What a stage did: its counts, the model calls it made, what it left undone and why,
+    a few rows to preview, whom it wrote for, and what its quality checks bind besides the
+    partition scope (the users or sessions it wrote, the model)."""
+
+    counts: C
+    calls: list[ModelCall] = field(default_factory=list)
+    failures: list[StageFailure] = field(default_factory=list)
+    preview: list[dict] = field(default_factory=list)
+    users: set[str] = field(default_factory=set)
+    sessions: set[str] = field(default_factory=set)
+    check_scope: dict[str, Any] = field(default_factory=dict)
+    calls_models: bool = False  # a stage that may call a model reports its calls, even none
+    warnings: list[str] = field(default_factory=list)  # what the run should tell besides failures
+    extra_previews: dict[str, list[dict]] = field(default_factory=dict)  # metadata key -> rows
+
+    def merge(self, other: "StageReport[C]") -> None:
+        self.counts.add(other.counts)
+        self.calls.extend(other.calls)
+        self.failures.extend(other.failures)
+        self.preview.extend(other.preview)
+        self.users |= other.users
+        self.sessions |= other.sessions
+        self.check_scope.update(other.check_scope)
+        self.calls_models |= other.calls_models
+        self.warnings.extend(other.warnings)
+        for name, rows in other.extra_previews.items():
+            self.extra_previews.setdefault(name, []).extend(rows)
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Sessions read, worked on and written per transaction: one query per kind of read for all of
+# them, and few enough that a transaction stays short.
+BATCH_SESSIONS = 200
+
+
+def session_batches(items: Sequence[T], writer: ModelBackend | None = None,
+                    concurrency: int = 1) -> Iterator[Sequence[T]]:
+    """`items` in consecutive batches of BATCH_SESSIONS. A model's token budget is checked
+    against the calls committed, so with one set a batch holds only as many sessions as
+    calls may be in flight at once, and the budget stops a run where it would have."""
+    size = max(concurrency, 1) if writer is not None and writer.config.token_budget else BATCH_SESSIONS
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def map_parallel(items: Sequence[T], work: Callable[[T], R], concurrency: int) -> list[R]:
+    """`work` over independent items (sessions, batches, model calls), `concurrency` at a
+    time; the results in the items' order."""
+    if concurrency <= 1 or len(items) <= 1:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(max_workers=concurrency) as executor:
+        return list(executor.map(work, items))
+
+
+def run_parallel(items: Sequence[T], work: Callable[[T], StageReport[C]], into: StageReport[C],
+                 concurrency: int) -> StageReport[C]:
+    """`work` over independent items, each giving a report, merged into `into` in order."""
+    for report in map_parallel(items, work, concurrency):
+        into.merge(report)
+    return into

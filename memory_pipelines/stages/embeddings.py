@@ -1,0 +1,88 @@
+"""Stage `memory_embeddings`: every visible fact, chunk, knowledge entry and turn whose
+embedding is missing or from another model, embedded in batches. No vector index: every search is scoped to one
+user, where an exact scan of that user's rows is exact and faster than HNSW (migration 0010)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from memory_pipelines.db.queries import query
+from memory_pipelines.stages.common import Backends, Counts, StageReport, Window
+
+ASSET = "memory_embeddings"
+
+# table -> the named query that lists its rows needing an embedding (id, text)
+EMBEDDED_TABLES = {"memory_facts": "facts_needing_embedding", "memory_chunks": "chunks_needing_embedding",
+                   "knowledge_entries": "entries_needing_embedding", "memory_turns": "turns_needing_embedding"}
+PAGE_ROWS = 512
+
+
+@dataclass(frozen=True)
+class Settings:
+    page_rows: int = PAGE_ROWS  # rows read, embedded and written per transaction
+
+
+@dataclass
+class EmbeddingCounts(Counts):
+    model: str = ""
+    embedded: Counter = field(default_factory=Counter)  # table -> rows embedded
+    re_embedded: Counter = field(default_factory=Counter)  # of them, replacing another model's vector
+
+    def metadata(self) -> dict[str, Any]:
+        """Flat, one number per kind of row: `facts_embedded`, `facts_re_embedded`, ..."""
+        flat: dict[str, Any] = {"model": self.model}
+        for table, name in COUNTED_AS.items():
+            flat[f"{name}_embedded"] = self.embedded[table]
+            flat[f"{name}_re_embedded"] = self.re_embedded[table]
+        return flat
+
+
+# table -> how the metadata names its rows
+COUNTED_AS = {"memory_facts": "facts", "memory_chunks": "chunks", "knowledge_entries": "entries",
+              "memory_turns": "turns"}
+
+
+def _store(conn: psycopg.Connection, table: str, ids: list[int], vectors: list[list[float]], model_id: str) -> None:
+    conn.execute(query("create_embedding_load"))
+    with conn.cursor().copy(query("copy_embedding_load")) as copy:
+        copy.set_types(["int8", "vector"])
+        for row_id, vector in zip(ids, vectors):
+            copy.write_row((row_id, np.asarray(vector, dtype=np.float32)))
+    conn.execute(sql.SQL(query("apply_embedding_load")).format(table=sql.Identifier(table)), {"model": model_id})
+
+
+def run(pool: ConnectionPool, window: Window, settings: Settings,
+        backends: Backends) -> StageReport[EmbeddingCounts]:
+    """Embed what is missing or stale, page by page (each page its own transaction, so an
+    interrupted run keeps what it finished); safe to run again. Not bound to the window's
+    days: what any run left unembedded is embedded now."""
+    embedder = backends.embedder
+    counts = EmbeddingCounts(model=embedder.model_id)
+    embedded_ids: dict[str, list[int]] = {table: [] for table in EMBEDDED_TABLES}
+    for table, listing in EMBEDDED_TABLES.items():
+        after = 0
+        while True:
+            with pool.connection() as conn:
+                rows = conn.execute(query(listing), {"model": embedder.model_id, "after": after,
+                                                     "limit": settings.page_rows}).fetchall()
+            if not rows:
+                break
+            vectors = embedder.embed([text for _, text, _ in rows])
+            with pool.connection() as conn, conn.transaction():
+                _store(conn, table, [row_id for row_id, _, _ in rows], vectors, embedder.model_id)
+            embedded_ids[table].extend(row_id for row_id, _, _ in rows)
+            counts.embedded[table] += len(rows)
+            counts.re_embedded[table] += sum(1 for _, _, stale in rows if stale)
+            after = rows[-1][0]
+    report = StageReport(counts)
+    # the id lists bind by table name: the rows this run embedded are checked whatever their partition
+    scope: dict[str, Any] = {"model": embedder.model_id, "dimension": embedder.dimension, **embedded_ids}
+    report.check_scope = scope
+    return report

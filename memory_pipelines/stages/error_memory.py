@@ -1,0 +1,41 @@
+"""Stage `error_memory`: resolved tool errors of the sessions that failed a tool call that
+day (a fix found later in the session counts when that day is run)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from psycopg_pool import ConnectionPool
+
+from memory_pipelines.db import repository
+from memory_pipelines.db.queries import query
+from memory_pipelines.knowledge import ERROR_TTL, resolved_errors
+from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
+
+ASSET = "error_memory"
+
+
+@dataclass
+class ErrorCounts(Counts):
+    resolved_errors: int = 0
+
+
+def run(pool: ConnectionPool, window: Window, settings: None = None,
+        backends: Backends = NO_BACKENDS) -> StageReport[ErrorCounts]:
+    report = StageReport(ErrorCounts())
+    for key, day in window.days(ASSET):
+        with pool.connection() as conn, conn.transaction():
+            rows = []
+            session_ids = [r[0] for r in conn.execute(query("window_tool_sessions"),
+                                                      {"start": day.start, "end": day.end})]
+            for session_id, messages in repository.sessions_messages_before(conn, session_ids, day.end).items():
+                for fix in resolved_errors(messages):
+                    rows.append({**asdict(fix), "user_id": messages[0].user_id, "session_id": session_id,
+                                 "expires_at": fix.observed_at + ERROR_TTL, "partition_key": key,
+                                 "run_id": window.run_id})
+                    report.preview.append({"session": session_id, "tool": fix.tool, "error": fix.error,
+                                           "fix": fix.fix})
+            with conn.cursor() as cur:
+                cur.executemany(query("upsert_error_memory"), rows)
+            report.counts.resolved_errors += len(rows)
+    return report

@@ -1,0 +1,116 @@
+"""Stage `session_summaries`: each session's rolling summary with its cursor, built day by
+day in order; a changed day rebuilds forward from it, reusing every version whose inputs
+did not change."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC
+
+from psycopg_pool import ConnectionPool
+
+from memory_pipelines.db import repository
+from memory_pipelines.records import Message, TimeWindow
+from memory_pipelines.stages.common import (
+    Backends, CallContext, Counts, StageFailure, StageReport, Window, day_window, run_parallel,
+)
+from memory_pipelines.stages.segments import ensure_judged
+from memory_pipelines.summaries import (
+    SUMMARY_CHUNK_CHARS, Day, DiscardFrom, FoldPlan, FoldStopped, VersionBuilt, VersionsReused, fold_session,
+)
+
+ASSET = "session_summaries"
+
+
+@dataclass(frozen=True)
+class Settings:
+    language: str = "auto"  # the summary's language; auto follows the conversation
+    chunk_chars: int = SUMMARY_CHUNK_CHARS  # transcript characters one summary call reads
+    concurrency: int = 1  # sessions folded at once
+    partition_start: str = "0000-00-00"  # no day before it is folded (MEMORY_PARTITION_START)
+
+
+@dataclass
+class SummaryCounts(Counts):
+    sessions: int = 0
+    versions_built: int = 0
+    versions_reused: int = 0
+    rebuilt_from_changed_day: int = 0
+    sessions_incomplete: int = 0
+    versions_by_kind: Counter = field(default_factory=Counter)  # chunk, trim, cursor_only
+
+
+def fold_days(messages: Sequence[Message], stored_keys: set[str], first: str, last: str) -> list[str]:
+    """Days the fold covers: days of messages newer than the cursor up to the range's end,
+    plus later days already built (rebuilt forward when their inputs changed)."""
+    last = max([last, *stored_keys])
+    days = {m.ts.date().isoformat() for m in messages if m.ts.date().isoformat() <= last}
+    return sorted(days | {k for k in stored_keys if k >= first})
+
+
+def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Backends) -> StageReport[SummaryCounts]:
+    """Summaries over the window's days, in order, for every non-temp session with messages
+    in it. `writer` summarizes; `judge` judges the days' segments the fold needs and
+    decides which summary entries a chunk overturned."""
+    summarizer, decider = backends.writer, backends.judge
+    ctx = CallContext(window.run_id, ASSET)
+    first, last = window.first, window.last
+    with pool.connection() as conn:
+        sessions = repository.sessions_in_window(conn, window.span)
+
+    def fold(item: tuple[str, str]) -> StageReport[SummaryCounts]:
+        session_id, user_id = item
+        report = StageReport(SummaryCounts(), calls_models=True)
+        counts = report.counts
+        with pool.connection() as conn, repository.session_lock(conn, session_id):
+            with conn.transaction():
+                start = repository.summary_start_state(conn, session_id, first)
+                stored = repository.summary_versions_from(conn, session_id, first)
+                messages = repository.session_messages_after(conn, session_id, start.cursor_seq)
+            keys = [k for k in fold_days(messages, {v.partition_key for v in stored}, first, last)
+                    if k >= settings.partition_start]
+            # the days' segments judged first (the fold leaves out what judging dropped), in one transaction
+            with conn.transaction():
+                if keys:
+                    span = TimeWindow(day_window(keys[0]).start, day_window(keys[-1]).end)
+                    by_day: dict[str, list[Message]] = defaultdict(list)
+                    for m in repository.session_messages_in_window(conn, session_id, span):
+                        by_day[m.ts.astimezone(UTC).date().isoformat()].append(m)
+                    for key in keys:
+                        # the judging's counts belong to conversation_segments; its calls and failures to this run
+                        judged = ensure_judged(conn, session_id, key, by_day.get(key, []), decider, ctx)
+                        report.calls.extend(judged.calls)
+                        report.failures.extend(judged.failures)
+                dropped = repository.dropped_seqs_by_day(conn, session_id, keys)
+            days = [Day(key, day_window(key).end, dropped.get(key, frozenset())) for key in keys]
+            plan = FoldPlan(session_id, user_id, start, days, messages, stored)
+            for event in fold_session(plan, summarizer, decider, settings.language, settings.chunk_chars):
+                with conn.transaction():
+                    if isinstance(event, VersionBuilt):
+                        v = event.version
+                        repository.insert_summary_version(conn, v, ctx.run_id)
+                        ctx.record(conn, event.calls, v.partition_key, session_id)
+                        report.calls.extend(event.calls)
+                        counts.versions_built += 1
+                        counts.versions_by_kind[v.kind] += 1
+                        report.preview.append({"session": session_id, "version": v.version, "day": v.partition_key,
+                                               "step": f"{v.step}/{v.step_count}", "cursor_seq": v.cursor_seq,
+                                               "current": v.summary.current_discussion})
+                    elif isinstance(event, VersionsReused):
+                        counts.versions_reused += event.count
+                    elif isinstance(event, DiscardFrom):
+                        repository.discard_summary_versions(conn, session_id, event.partition_key, event.step)
+                        counts.rebuilt_from_changed_day += 1
+                    elif isinstance(event, FoldStopped):
+                        ctx.record(conn, event.calls, event.partition_key, session_id)
+                        report.calls.extend(event.calls)
+                        report.failures.append(StageFailure(
+                            session_id, event.partition_key, f"chunk {event.step}: {event.reason}",
+                            any(c.budget_reached for c in event.calls)))
+                        counts.sessions_incomplete += 1
+        counts.sessions += 1
+        return report
+
+    return run_parallel(sessions, fold, StageReport(SummaryCounts(), calls_models=True), settings.concurrency)
