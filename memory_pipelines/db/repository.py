@@ -114,6 +114,19 @@ def _message_rows(conn: psycopg.Connection, name: str, params: dict) -> list[Mes
         return cur.execute(query(name), params).fetchall()
 
 
+def _by_session(messages: Sequence[Message]) -> dict[str, list[Message]]:
+    """Messages ordered by session, grouped by it (sessions without any are left out)."""
+    return {session_id: list(group) for session_id, group in groupby(messages, key=lambda m: m.session_id)}
+
+
+def _grouped(rows: Iterable[Sequence]) -> dict:
+    """(key, value) rows -> key -> the values, in row order (keys without rows left out)."""
+    grouped: dict = {}
+    for key, value in rows:
+        grouped.setdefault(key, []).append(value)
+    return grouped
+
+
 def messages_in_window(conn: psycopg.Connection, window: TimeWindow) -> list[Message]:
     """Messages of non-temp sessions sent in the window, by session and seq."""
     return _message_rows(conn, "messages_in_window", {"start": window.start, "end": window.end})
@@ -166,13 +179,18 @@ def replace_segments(conn: psycopg.Connection, judgement: SessionJudgement, part
         cur.executemany(query("insert_segment"), rows)
 
 
+def _dropped_rows(conn: psycopg.Connection, session_ids: Sequence[str],
+                  partition_keys: Sequence[str] | None) -> list[tuple[str, str, int]]:
+    return conn.execute(query("dropped_seqs"), {
+        "session_ids": list(session_ids),
+        "partition_keys": None if partition_keys is None else list(partition_keys)}).fetchall()
+
+
 def dropped_seqs_by_day(conn: psycopg.Connection, session_id: str,
                         partition_keys: Sequence[str]) -> dict[str, frozenset[int]]:
-    by_day: dict[str, set[int]] = {}
-    for key, seq in conn.execute(query("dropped_seqs_by_day"), {"session_id": session_id,
-                                                                "partition_keys": list(partition_keys)}):
-        by_day.setdefault(key, set()).add(seq)
-    return {key: frozenset(seqs) for key, seqs in by_day.items()}
+    """A session's seqs noise judging dropped, per day asked (days with none left out)."""
+    rows = _dropped_rows(conn, [session_id], partition_keys)
+    return {key: frozenset(seqs) for key, seqs in _grouped((key, seq) for _, key, seq in rows).items()}
 
 
 # --- summaries ---------------------------------------------------------------------------
@@ -266,21 +284,18 @@ def sessions_due_for_extraction(conn: psycopg.Connection, end: datetime, stale_b
         return cur.execute(query("sessions_due_for_extraction"), {"end": end, "stale_before": stale_before}).fetchall()
 
 
-def sessions_messages_before(conn: psycopg.Connection, session_ids: Sequence[str],
-                             end: datetime) -> dict[str, list[Message]]:
-    """Each session's messages sent before `end`, by seq (sessions without any left out)."""
-    rows = _message_rows(conn, "sessions_messages_before", {"session_ids": list(session_ids), "end": end})
-    return {session_id: list(messages) for session_id, messages in groupby(rows, key=lambda m: m.session_id)}
+def sessions_messages(conn: psycopg.Connection, session_ids: Sequence[str],
+                      end: datetime | None = None) -> dict[str, list[Message]]:
+    """Each session's messages sent before `end` (all of them: None), by seq (sessions
+    without any left out)."""
+    return _by_session(_message_rows(conn, "sessions_messages", {"session_ids": list(session_ids), "end": end}))
 
 
 def sessions_dropped_seqs(conn: psycopg.Connection, session_ids: Sequence[str],
                           partition_key: str | None = None) -> dict[str, frozenset[int]]:
     """Each session's seqs noise judging dropped: on the day, or on any day (None)."""
-    dropped: dict[str, set[int]] = {}
-    for session_id, seq in conn.execute(query("sessions_dropped_seqs"), {"session_ids": list(session_ids),
-                                                                        "partition_key": partition_key}):
-        dropped.setdefault(session_id, set()).add(seq)
-    return {session_id: frozenset(seqs) for session_id, seqs in dropped.items()}
+    rows = _dropped_rows(conn, session_ids, None if partition_key is None else [partition_key])
+    return {sid: frozenset(seqs) for sid, seqs in _grouped((sid, seq) for sid, _, seq in rows).items()}
 
 
 def sessions_judging_failed(conn: psycopg.Connection, session_ids: Sequence[str], partition_key: str) -> set[str]:
@@ -317,10 +332,8 @@ def _restore_reobserved(conn: psycopg.Connection, listing: str, params: dict) ->
 
 def archived_fact_keys(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[str, set[tuple[str, str]]]:
     """Each user's (category, key) pairs that decay ever archived (users with none left out)."""
-    keys: dict[str, set[tuple[str, str]]] = {}
-    for user_id, category, key in conn.execute(query("archived_fact_keys"), {"user_ids": list(user_ids)}):
-        keys.setdefault(user_id, set()).add((category, key))
-    return keys
+    rows = conn.execute(query("archived_fact_keys"), {"user_ids": list(user_ids)})
+    return {user_id: set(keys) for user_id, keys in _grouped((u, (c, k)) for u, c, k in rows).items()}
 
 
 def upsert_facts(conn: psycopg.Connection, user_id: str, candidates: Sequence[FactCandidate], lineage: dict,
@@ -382,11 +395,8 @@ def memory_summary_hashes(conn: psycopg.Connection, user_ids: Sequence[str]) -> 
 
 def visible_facts_of_users(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[str, list[tuple[str, str, str]]]:
     """Each user's visible facts as (category, key, value), by category and key."""
-    facts: dict[str, list[tuple[str, str, str]]] = {}
     rows = conn.execute(query("visible_facts_of_users"), {"user_ids": list(user_ids)})
-    for user_id, category, key, value in rows:
-        facts.setdefault(user_id, []).append((category, key, value))
-    return facts
+    return _grouped((user_id, (category, key, value)) for user_id, category, key, value in rows)
 
 
 def upsert_memory_summary(conn: psycopg.Connection, user_id: str, content: str, fact_count: int, facts_hash: str,
@@ -427,18 +437,8 @@ def chunk_window_states(conn: psycopg.Connection, session_ids: Sequence[str], en
 def chunk_pending_messages(conn: psycopg.Connection, states: Sequence[ChunkWindowState],
                            end: datetime) -> dict[str, list[Message]]:
     """Each session's messages after its last chunk and before `end`, by seq."""
-    rows = _message_rows(conn, "chunk_pending_messages", {"session_ids": [s.session_id for s in states],
-                                                          "after_seqs": [s.watermark for s in states], "end": end})
-    return {session_id: list(messages) for session_id, messages in groupby(rows, key=lambda m: m.session_id)}
-
-
-def summary_keys_as_of_sessions(conn: psycopg.Connection, session_ids: Sequence[str],
-                                partition_key: str) -> dict[str, tuple[int, list[str]]]:
-    """Each session's newest summary version up to the day and its keys (sessions without
-    one are left out)."""
-    rows = conn.execute(query("summary_keys_as_of_sessions"),
-                        {"session_ids": list(session_ids), "partition_key": partition_key})
-    return {session_id: (version, list(keys or [])) for session_id, version, keys in rows}
+    return _by_session(_message_rows(conn, "chunk_pending_messages", {
+        "session_ids": [s.session_id for s in states], "after_seqs": [s.watermark for s in states], "end": end}))
 
 
 def insert_chunks(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
@@ -461,10 +461,12 @@ def check_frame(conn: psycopg.Connection, rows_query: str, params: Mapping) -> p
 # --- knowledge ---------------------------------------------------------------------------
 
 def summaries_as_of_sessions(conn: psycopg.Connection, session_ids: Sequence[str],
-                             partition_key: str) -> dict[str, Summary]:
+                             partition_key: str) -> dict[str, tuple[int, Summary]]:
+    """Each session's newest summary version up to the day: (version, summary); sessions
+    without one are left out."""
     rows = conn.execute(query("summaries_as_of_sessions"), {"session_ids": list(session_ids),
                                                             "partition_key": partition_key})
-    return {session_id: Summary.from_json(summary) for session_id, summary in rows}
+    return {session_id: (version, Summary.from_json(summary)) for session_id, version, summary in rows}
 
 
 def knowledge_source_fingerprints(conn: psycopg.Connection, session_ids: Sequence[str],
@@ -545,17 +547,9 @@ def forgotten_for(conn: psycopg.Connection, user_ids: Sequence[str]) -> frozense
 
 # --- turns -------------------------------------------------------------------------------
 
-def sessions_messages(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, list[Message]]:
-    rows = _message_rows(conn, "sessions_messages", {"session_ids": list(session_ids)})
-    return {session_id: list(messages) for session_id, messages in groupby(rows, key=lambda m: m.session_id)}
-
-
 def sessions_search_keys(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, list[str]]:
     """Each session's chunk breadcrumbs and summary keys, sorted."""
-    keys: dict[str, list[str]] = {}
-    for session_id, key in conn.execute(query("sessions_search_keys"), {"session_ids": list(session_ids)}):
-        keys.setdefault(session_id, []).append(key)
-    return keys
+    return _grouped(conn.execute(query("sessions_search_keys"), {"session_ids": list(session_ids)}))
 
 
 def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequence[TurnRow],

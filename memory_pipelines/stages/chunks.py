@@ -51,10 +51,11 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
                 chunks = pack_chunks(pending.get(state.session_id, []), state.eligible, stale)
                 if chunks:
                     packed[state.session_id] = chunks
-            summary_keys = repository.summary_keys_as_of_sessions(conn, list(packed), key)
+            summaries = repository.summaries_as_of_sessions(conn, list(packed), key)
             rows = []
             for session_id, chunks in packed.items():
-                version, keys = summary_keys.get(session_id, (None, []))
+                version, summary = summaries.get(session_id, (None, None))
+                keys = list(summary.keys) if summary is not None else []
                 rows += [{**asdict(c), "content_hash": c.content_hash, "breadcrumbs": chunk_breadcrumbs(c, keys),
                           "summary_version": version, "partition_key": key, "run_id": window.run_id,
                           "model": "chunker", "prompt_version": PACKER_VERSION} for c in chunks]

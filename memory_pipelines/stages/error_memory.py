@@ -28,7 +28,7 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
             rows = []
             session_ids = [r[0] for r in conn.execute(query("window_tool_sessions"),
                                                       {"start": day.start, "end": day.end})]
-            for session_id, messages in repository.sessions_messages_before(conn, session_ids, day.end).items():
+            for session_id, messages in repository.sessions_messages(conn, session_ids, day.end).items():
                 for fix in resolved_errors(messages):
                     rows.append({**asdict(fix), "user_id": messages[0].user_id, "session_id": session_id,
                                  "expires_at": fix.observed_at + ERROR_TTL, "partition_key": key,

@@ -55,8 +55,8 @@ def refresh_memory_summaries(pool: ConnectionPool, user_ids: Sequence[str], writ
             repository.lock_users(conn, batch)
             facts = repository.visible_facts_of_users(conn, batch)
             written_from = repository.memory_summary_hashes(conn, batch)
-            due = [(u, facts[u], facts_fingerprint(facts[u])) for u in batch
-                   if facts.get(u) and written_from.get(u) != facts_fingerprint(facts[u])]
+            digests = {u: facts_fingerprint(user_facts) for u, user_facts in facts.items()}
+            due = [(u, facts[u], digests[u]) for u in batch if u in facts and written_from.get(u) != digests[u]]
 
             def summarize(item: tuple[str, list[tuple[str, str, str]], str]):
                 """(content, call, error): the content is None when the call failed."""
@@ -98,7 +98,7 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
     with pool.connection() as conn, conn.transaction():
         repository.lock_sessions(conn, ids)
         judging_failed = repository.sessions_judging_failed(conn, ids, key)
-        messages = repository.sessions_messages_before(conn, ids, end)
+        messages = repository.sessions_messages(conn, ids, end)
         dropped = repository.sessions_dropped_seqs(conn, ids)
         for session_id in sorted(judging_failed):
             # its noise is not known yet: facts taken from noise now would stay for good

@@ -77,7 +77,7 @@ def _synthesize_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[Mess
     with pool.connection() as conn, conn.transaction():
         repository.lock_sessions(conn, ids)
         dropped = repository.sessions_dropped_seqs(conn, ids, key)
-        summaries = repository.summaries_as_of_sessions(conn, ids, key)
+        summaries = {sid: summary for sid, (_, summary) in repository.summaries_as_of_sessions(conn, ids, key).items()}
         stored = repository.knowledge_source_fingerprints(conn, ids, key)
         pending = []
         for session_id, day_messages in batch:

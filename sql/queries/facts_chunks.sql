@@ -13,20 +13,21 @@ LEFT JOIN session_memory_state s USING (session_id)
 WHERE a.last_ts < %(stale_before)s AND (s.session_id IS NULL OR s.extracted_through < a.last_ts)
 ORDER BY a.session_id;
 
--- name: sessions_messages_before
--- The messages of several sessions sent before the end, by session and seq.
+-- name: sessions_messages
+-- The messages of several sessions sent before the end (every one: end NULL), by session and seq.
 SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
        agent_id, tool_name, tool_args, tool_call_id, metadata
 FROM messages
-WHERE session_id = ANY(%(session_ids)s) AND ts < %(end)s
+WHERE session_id = ANY(%(session_ids)s) AND (%(end)s::timestamptz IS NULL OR ts < %(end)s)
 ORDER BY session_id, seq;
 
--- name: sessions_dropped_seqs
--- Each session's messages that noise judging dropped: on one day, or on any (partition_key NULL).
-SELECT c.session_id, s.seq FROM conversation_segments c
+-- name: dropped_seqs
+-- The sessions' messages noise judging dropped, with the day judged: on the days asked, or on
+-- any day (partition_keys NULL).
+SELECT c.session_id, c.partition_key, s.seq FROM conversation_segments c
 JOIN LATERAL generate_series(c.start_seq, c.end_seq) AS s(seq) ON true
 WHERE c.session_id = ANY(%(session_ids)s) AND c.dropped
-  AND (%(partition_key)s::text IS NULL OR c.partition_key = %(partition_key)s::text);
+  AND (%(partition_keys)s::text[] IS NULL OR c.partition_key = ANY(%(partition_keys)s::text[]));
 
 -- name: sessions_judging_failed
 -- The sessions of which a day up to this partition kept everything because judging failed.
@@ -166,10 +167,3 @@ SELECT m.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, 
 FROM unnest(%(session_ids)s::text[], %(after_seqs)s::bigint[]) AS w(session_id, after_seq)
 JOIN messages m ON m.session_id = w.session_id AND m.seq > w.after_seq AND m.ts < %(end)s
 ORDER BY m.session_id, m.seq;
-
--- name: summary_keys_as_of_sessions
--- Each session's newest summary version up to the day, and its keys (chunks' breadcrumbs).
-SELECT DISTINCT ON (session_id) session_id, version, summary -> 'keys'
-FROM session_summary_versions
-WHERE session_id = ANY(%(session_ids)s) AND partition_key <= %(partition_key)s
-ORDER BY session_id, version DESC;

@@ -114,7 +114,7 @@ WHERE session_id = ANY(%(session_ids)s) AND partition_key = %(partition_key)s;
 
 -- name: summaries_as_of_sessions
 -- Each session's newest summary version up to the day (sessions without one left out).
-SELECT DISTINCT ON (session_id) session_id, summary FROM session_summary_versions
+SELECT DISTINCT ON (session_id) session_id, version, summary FROM session_summary_versions
 WHERE session_id = ANY(%(session_ids)s) AND partition_key <= %(partition_key)s
 ORDER BY session_id, version DESC;
 

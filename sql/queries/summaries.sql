@@ -37,12 +37,6 @@ WHERE session_id = ANY(%(session_ids)s) AND partition_key = %(partition_key)s
 GROUP BY session_id
 HAVING bool_and(judge_status = 'ok') AND count(DISTINCT fingerprint) = 1;
 
--- name: dropped_seqs_by_day
--- A session's messages noise judging dropped, by day, for the days asked.
-SELECT c.partition_key, s.seq FROM conversation_segments c
-JOIN LATERAL generate_series(c.start_seq, c.end_seq) AS s(seq) ON true
-WHERE c.session_id = %(session_id)s AND c.partition_key = ANY(%(partition_keys)s) AND c.dropped;
-
 -- name: delete_session_day_segments
 DELETE FROM conversation_segments WHERE session_id = %(session_id)s AND partition_key = %(partition_key)s;
 

@@ -22,14 +22,6 @@ SELECT session_id, k FROM (
 ) AS found
 ORDER BY session_id, k;
 
--- name: sessions_messages
--- Every message of several sessions, by session and seq.
-SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
-       agent_id, tool_name, tool_args, tool_call_id, metadata
-FROM messages
-WHERE session_id = ANY(%(session_ids)s)
-ORDER BY session_id, seq;
-
 -- name: stored_turn_hashes
 -- What the sessions' stored turns hold and what their embeddings read, to send only changes.
 SELECT session_id, seq, content_hash, window_hash FROM memory_turns WHERE session_id = ANY(%(session_ids)s);

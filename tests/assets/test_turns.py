@@ -90,8 +90,11 @@ def test_the_index_is_the_same_built_day_by_day_in_one_range_or_twice(make_datab
     tables = ["memory_turns", "memory_turn_stats"]
     assert content_fingerprints(by_day, tables) == content_fingerprints(in_range, tables)
     before = content_fingerprints(by_day, tables)
-    materialize_partitions([memory_turns, memory_embeddings], DAYS[3:5], by_day, SAMPLE_TRANSCRIPTS)
+    again = materialize_partitions([memory_turns, memory_embeddings], DAYS[3:5], by_day, SAMPLE_TRANSCRIPTS)
     assert content_fingerprints(by_day, tables) == before
+    # indexed again, nothing changed: no turn is rewritten, though the sessions were visited
+    indexed = [r.asset_materializations_for_node("memory_turns")[0].metadata for r in again]
+    assert all(m["sessions_indexed"].value > 0 and m["turns_written"].value == 0 for m in indexed)
 
 
 def test_a_turn_is_embedded_again_when_its_next_neighbour_arrives(database_url, tmp_path):
