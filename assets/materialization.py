@@ -68,5 +68,13 @@ def stage_results(context: dg.AssetExecutionContext, postgres: PostgresResource,
     context.log.info("%s: %s%s", window.label, report.counts.headline() or "nothing to do", calls)
     selected = sorted(key.to_user_string() for key in context.selected_asset_keys)
     for asset in selected:  # a multi-asset's one stage writes every table it declares
-        yield dg.MaterializeResult(asset_key=asset, metadata=metadata)
+        if len(window.partition_keys) > 1:
+            # Dagster records a materialization per day of a range, each with its own copy of
+            # the metadata: the range's totals go on its last day, the others name that day
+            # (serializing 720 copies of the preview was most of a two-year run's bookkeeping)
+            context.add_asset_metadata(metadata, asset_key=asset, partition_key=window.last)
+            yield dg.MaterializeResult(asset_key=asset, metadata={
+                "partitions": window.label, "range_totals_on": window.last})
+        else:
+            yield dg.MaterializeResult(asset_key=asset, metadata=metadata)
     yield from quality_check_results(postgres, partition_scope(context, **report.check_scope), *selected)

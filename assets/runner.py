@@ -230,8 +230,8 @@ def run_range(keys: Sequence[str], echo: Callable[[str], None] = print) -> Range
         result = execute_range(job, keys, instance, echo)
     if not result.success:
         raise RunFailed(f"{range_label(keys)} failed at {first_error(result)}")
-    # one materialization per day, each with the range's counts
-    ingested = result.asset_materializations_for_node("transcripts")[0]
+    # one materialization per day; the range's counts are on its last day's
+    ingested = next(m for m in result.asset_materializations_for_node("transcripts") if m.partition == keys[-1])
     sys.stdout.flush()
     return RangeRun(keys[0], keys[-1], len(keys), result.run_id, time.perf_counter() - started,
                     ingested.metadata["read"].value, ingested.metadata["quarantined"].value,

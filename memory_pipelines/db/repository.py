@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import groupby
 
 import pandas as pd
@@ -139,6 +139,13 @@ def session_messages_after(conn: psycopg.Connection, session_id: str, after_seq:
 
 def last_messages(conn: psycopg.Connection, session_id: str, limit: int) -> list[Message]:
     return _message_rows(conn, "last_messages", {"session_id": session_id, "limit": limit})
+
+
+def active_days(conn: psycopg.Connection, window: TimeWindow, reach: timedelta = timedelta(0)) -> frozenset[str]:
+    """Partition keys of the days in `window` with a message, or on which one sent at most
+    `reach` before the day began goes stale."""
+    return frozenset(r[0] for r in conn.execute(query("active_days"),
+                                                {"start": window.start, "end": window.end, "reach": reach}))
 
 
 def sessions_in_window(conn: psycopg.Connection, window: TimeWindow) -> list[tuple[str, str]]:

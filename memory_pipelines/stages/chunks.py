@@ -37,7 +37,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     """Chunks for each day: what left each session's context window as of the day's end."""
     report = StageReport(ChunkCounts())
     counts = report.counts
-    for key, day in window.days(ASSET):
+    with pool.connection() as conn:
+        active = window.active_days(conn, settings.stale_after)
+    for key, day in window.days(ASSET, only=active):
         with pool.connection() as conn, conn.transaction():
             # sessions active in the day, or gone stale early in it
             session_ids = list(dict.fromkeys(s for s, _ in repository.sessions_in_window(

@@ -9,8 +9,8 @@ No Dagster here: the assets are thin wrappers that turn a report into a material
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
@@ -78,17 +78,22 @@ class Window:
     def label(self) -> str:
         return self.first if self.first == self.last else f"{self.first}..{self.last}"
 
-    def days(self, stage: str) -> Iterator[tuple[str, TimeWindow]]:
-        """The days in order, each with its UTC window; a long range advances `stage`'s bar."""
+    def days(self, stage: str, only: Collection[str] | None = None) -> Iterator[tuple[str, TimeWindow]]:
+        """The days in order (those in `only`, when given: the days with work), each with its
+        UTC window; a long range advances `stage`'s bar over all of them."""
         bars = _progress_bars
-        if bars is None or len(self.partition_keys) < PROGRESS_MIN_DAYS:
+        shown = bars is not None and len(self.partition_keys) >= PROGRESS_MIN_DAYS
+        with bars(stage, len(self.partition_keys)) if shown else nullcontext(lambda: None) as advance:
             for key in self.partition_keys:
-                yield key, day_window(key)
-            return
-        with bars(stage, len(self.partition_keys)) as advance:
-            for key in self.partition_keys:
-                yield key, day_window(key)
+                if only is None or key in only:
+                    yield key, day_window(key)
                 advance()
+
+    def active_days(self, conn: psycopg.Connection, reach: timedelta = timedelta(0)) -> frozenset[str]:
+        """The window's days with a message, or on which one sent at most `reach` before the
+        day began goes stale: a day outside them has no work for a stage whose work is the
+        day's messages (and sessions gone stale in it)."""
+        return repository.active_days(conn, self.span, reach)
 
 
 @dataclass(frozen=True)

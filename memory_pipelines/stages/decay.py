@@ -30,12 +30,13 @@ def run(pool: ConnectionPool, window: Window, settings: DecaySettings,
     counts = DecayCounts()
     judged_as_of = None
     with pool.connection() as conn:
-        for key, day in window.days(ASSET):  # each day as of its own newest message, in order
+        # a day without a message decays as of the same moment as the day before, which
+        # changes nothing (decay is idempotent): only the first day and days with data
+        active = window.active_days(conn) | {window.first}
+        for key, day in window.days(ASSET, only=active):  # each day as of its own newest message, in order
             as_of = decay_as_of(conn, day.end)
             if as_of is None or as_of == judged_as_of:
-                # nothing ingested yet, or no message since the day before: decay as of the same
-                # moment again changes nothing (it is idempotent), so a day without data costs a query
-                continue
+                continue  # nothing ingested yet, or no message since the day judged before
             judged_as_of = as_of
             with conn.transaction():
                 judged = decay(conn, as_of, key, window.run_id, settings)

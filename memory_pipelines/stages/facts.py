@@ -157,7 +157,14 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     extractor = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
+    with pool.connection() as conn:
+        # a session becomes due on the day its last message goes stale; one left due before
+        # the window is caught up on its first day, one that failed on the next day
+        active = window.active_days(conn, settings.stale_after) | {window.first}
+    retry = False
     for key, day in window.days(ASSET):
+        if key not in active and not retry:
+            continue
         with pool.connection() as conn:
             due = repository.sessions_due_for_extraction(conn, day.end, day.end - settings.stale_after)
         extracted = _report()
@@ -166,8 +173,10 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
         report.merge(extracted)
         with pool.connection() as conn:
             outdated = repository.users_with_outdated_memory_summary(conn)
-        report.merge(refresh_memory_summaries(pool, sorted(extracted.users | set(outdated)), extractor, ctx, key,
-                                              settings.concurrency))
+        refreshed = refresh_memory_summaries(pool, sorted(extracted.users | set(outdated)), extractor, ctx, key,
+                                             settings.concurrency)
+        report.merge(refreshed)
+        retry = bool(extracted.failures or refreshed.failures)
     report.counts.users_touched = len(report.users)
     report.check_scope = {"user_ids": sorted(report.users)}
     return report

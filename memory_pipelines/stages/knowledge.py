@@ -133,7 +133,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     synthesizer = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = StageReport(KnowledgeCounts(), calls_models=True)
-    for key, day in window.days(ASSET):
+    with pool.connection() as conn:
+        active = window.active_days(conn)
+    for key, day in window.days(ASSET, only=active):
         with pool.connection() as conn:
             by_session: dict[str, list[Message]] = defaultdict(list)
             for message in repository.messages_in_window(conn, day):

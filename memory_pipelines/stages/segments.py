@@ -102,7 +102,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     judge = backends.judge
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
-    for key, day in window.days(ASSET):
+    with pool.connection() as conn:
+        active = window.active_days(conn)
+    for key, day in window.days(ASSET, only=active):
         pending: list[list[Segment]] = []
         with pool.connection() as conn:
             by_session: dict[str, list[Message]] = defaultdict(list)

@@ -1,6 +1,8 @@
 """Stage `memory_turns`: the turn-level index search serves passages from. Every session
-with messages in a day, or whose chunks or summary the day's run wrote, is indexed again as
-it is now (unchanged rows are left alone), then the per-user corpus statistics refreshed."""
+with messages in the window's days, or whose chunks or summary those days' runs wrote, is
+indexed again as it is now (unchanged rows are left alone), once for the whole window (a
+session is indexed from all its messages and current keys, so a day-by-day run ends the
+same), then the per-user corpus statistics refreshed."""
 
 from __future__ import annotations
 
@@ -29,25 +31,25 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
         backends: Backends = NO_BACKENDS) -> StageReport[TurnCounts]:
     report = StageReport(TurnCounts())
     counts = report.counts
-    for key, _ in window.days(ASSET):
-        with pool.connection() as conn:
-            sessions = [r[0] for r in conn.execute(query("sessions_to_index"), {"partition_key": key})]
-        for batch in session_batches(sessions):
-            with pool.connection() as conn, conn.transaction():
-                repository.lock_sessions(conn, batch)
-                messages = repository.sessions_messages(conn, batch)
-                keys = repository.sessions_search_keys(conn, batch)
-                rows = []
-                for session_id in batch:
-                    session_rows = build_turns(messages.get(session_id, []), keys.get(session_id, []))
-                    if session_rows:
-                        counts.languages[session_rows[0].language] += 1
-                    rows += session_rows
-                written, removed = repository.store_turns(conn, batch, rows, window.run_id)
-            counts.turns_written += written
-            counts.turns_removed += removed
-            report.sessions.update(batch)
-            report.users.update(r.user_id for r in rows)
+    with pool.connection() as conn:
+        sessions = [r[0] for r in conn.execute(query("sessions_to_index"), {
+            "start": window.span.start, "end": window.span.end, "first": window.first, "last": window.last})]
+    for batch in session_batches(sessions):
+        with pool.connection() as conn, conn.transaction():
+            repository.lock_sessions(conn, batch)
+            messages = repository.sessions_messages(conn, batch)
+            keys = repository.sessions_search_keys(conn, batch)
+            rows = []
+            for session_id in batch:
+                session_rows = build_turns(messages.get(session_id, []), keys.get(session_id, []))
+                if session_rows:
+                    counts.languages[session_rows[0].language] += 1
+                rows += session_rows
+            written, removed = repository.store_turns(conn, batch, rows, window.run_id)
+        counts.turns_written += written
+        counts.turns_removed += removed
+        report.sessions.update(batch)
+        report.users.update(r.user_id for r in rows)
     with pool.connection() as conn, conn.transaction():
         repository.refresh_turn_stats(conn, sorted(report.users))
     counts.sessions_indexed = len(report.sessions)

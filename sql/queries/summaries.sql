@@ -23,6 +23,18 @@ FROM messages
 WHERE session_id = %(session_id)s AND seq > %(after_seq)s
 ORDER BY seq;
 
+-- name: active_days
+-- The UTC days in [start, end) on which a message was sent, or on which one sent at most
+-- `reach` before the day began goes stale: the days a stage has work on.
+WITH spans AS (
+    SELECT DISTINCT (ts AT TIME ZONE 'UTC')::date AS first_day, ((ts + %(reach)s) AT TIME ZONE 'UTC')::date AS last_day
+    FROM messages
+    WHERE ts >= %(start)s::timestamptz - %(reach)s AND ts < %(end)s
+)
+SELECT DISTINCT to_char(day, 'YYYY-MM-DD')
+FROM spans, generate_series(first_day, last_day, interval '1 day') AS day
+WHERE day >= (%(start)s AT TIME ZONE 'UTC')::date AND day < (%(end)s AT TIME ZONE 'UTC')::date;
+
 -- name: sessions_in_window
 SELECT DISTINCT session_id, user_id FROM messages
 WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'

@@ -1,15 +1,13 @@
 -- The turn-level index: memory_turns and its BM25 statistics (memory_pipelines.turns).
 
 -- name: sessions_to_index
--- A day's sessions to index again: those with messages that day, and those whose chunks
--- (breadcrumbs) or summary (keys) the day's run wrote.
-SELECT session_id FROM messages
-WHERE ts >= (%(partition_key)s::text::date)::timestamp AT TIME ZONE 'UTC'
-  AND ts < (%(partition_key)s::text::date + 1)::timestamp AT TIME ZONE 'UTC'
+-- The sessions to index again for the days first..last ([start, end)): those with messages
+-- in them, and those whose chunks (breadcrumbs) or summary (keys) those days' runs wrote.
+SELECT session_id FROM messages WHERE ts >= %(start)s AND ts < %(end)s
 UNION
-SELECT session_id FROM memory_chunks WHERE partition_key = %(partition_key)s::text
+SELECT session_id FROM memory_chunks WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
 UNION
-SELECT session_id FROM session_summary_versions WHERE partition_key = %(partition_key)s::text
+SELECT session_id FROM session_summary_versions WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
 ORDER BY 1;
 
 -- name: sessions_search_keys

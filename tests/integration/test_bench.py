@@ -97,5 +97,8 @@ def test_bench_backfill_runs_the_same_sessions_over_a_short_and_a_long_range(dat
     assert short["days"] <= 3 and 3 < long["days"] <= 12
     assert 1 <= short["days_with_data"] <= short["days"] and 1 <= long["days_with_data"] <= long["days"]
     assert figures["ratio"] == pytest.approx(long["seconds"] / short["seconds"])
+    assert short["bookkeeping_seconds"] > 0 and long["bookkeeping_seconds"] > 0  # the idle graph ran
+    assert figures["ratio_without_bookkeeping"] == pytest.approx(
+        (long["seconds"] - long["bookkeeping_seconds"]) / (short["seconds"] - short["bookkeeping_seconds"]))
     bad = cli("bench", "backfill", "--short-days", "30", "--long-days", "30")
     assert bad.returncode == 2 and "--short-days 30 must be at least 1 and below --long-days 30" in bad.stderr
