@@ -59,6 +59,21 @@ def test_a_long_range_advances_a_bar_per_stage_a_short_one_none():
     assert advanced == ["long"] * PROGRESS_MIN_DAYS
 
 
+def test_a_stage_visits_only_the_days_with_work_and_its_bar_still_covers_the_range():
+    advanced: list[str] = []
+
+    @contextmanager
+    def bars(stage: str, days: int):
+        yield lambda: advanced.append(stage)
+
+    keys = _keys(PROGRESS_MIN_DAYS)
+    with progress_bars(bars):
+        visited = [k for k, _ in Window(keys, "r").days("sparse", only={keys[3], keys[0]})]
+    assert visited == [keys[0], keys[3]]  # in order, whatever order `only` has
+    assert advanced == ["sparse"] * PROGRESS_MIN_DAYS
+    assert [k for k, _ in Window(keys[:3], "r").days("none", only=set())] == []
+
+
 def test_sessions_are_batched_and_a_token_budget_keeps_batches_to_the_calls_in_flight():
     from memory_pipelines.llm import ModelConfig, build_backend
     from memory_pipelines.stages.common import BATCH_SESSIONS, session_batches
