@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
-import math
 import os
 import re
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import httpx
+import numpy as np
 
 from memory_pipelines.config import EMBED_BACKENDS as BACKENDS
 from memory_pipelines.config import SPECS, ConfigError, setting
@@ -90,9 +90,11 @@ def embed_config() -> EmbedConfig:
     )
 
 
-def _normalize(vector: Sequence[float]) -> list[float]:
-    norm = math.sqrt(sum(v * v for v in vector))
-    return [v / norm for v in vector] if norm > 0 else list(vector)
+def _normalized(vectors: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Each vector at unit length (a zero vector stays zero), a batch at once."""
+    matrix = np.asarray(vectors, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+    return np.divide(matrix, norms[:, None], out=matrix.copy(), where=norms[:, None] > 0).tolist()
 
 
 class Embedder(ABC):
@@ -131,7 +133,7 @@ class Embedder(ABC):
                 if len(vector) != self._dimension:
                     raise EmbeddingError(f"{self.name} returned a {len(vector)}-dimension vector, "
                                          f"expected {self._dimension}")
-                vectors.append(_normalize(vector))
+            vectors += _normalized(batch) if batch else []
         return vectors
 
     @abstractmethod
