@@ -132,9 +132,11 @@ def messages_in_window(conn: psycopg.Connection, window: TimeWindow) -> list[Mes
     return _message_rows(conn, "messages_in_window", {"start": window.start, "end": window.end})
 
 
-def session_messages_after(conn: psycopg.Connection, session_id: str, after_seq: int | None) -> list[Message]:
-    return _message_rows(conn, "session_messages_after",
-                         {"session_id": session_id, "after_seq": -1 if after_seq is None else after_seq})
+def sessions_messages_after(conn: psycopg.Connection, cursors: Mapping[str, int | None]) -> dict[str, list[Message]]:
+    """Each session's messages after its cursor seq (all of them: None), by session and seq."""
+    ids = list(cursors)
+    return _by_session(_message_rows(conn, "sessions_messages_after", {
+        "session_ids": ids, "after_seqs": [-1 if cursors[s] is None else cursors[s] for s in ids]}))
 
 
 def last_messages(conn: psycopg.Connection, session_id: str, limit: int) -> list[Message]:
@@ -193,33 +195,35 @@ def _dropped_rows(conn: psycopg.Connection, session_ids: Sequence[str],
         "partition_keys": None if partition_keys is None else list(partition_keys)}).fetchall()
 
 
-def dropped_seqs_by_day(conn: psycopg.Connection, session_id: str,
-                        partition_keys: Sequence[str]) -> dict[str, frozenset[int]]:
-    """A session's seqs noise judging dropped, per day asked (days with none left out)."""
-    rows = _dropped_rows(conn, [session_id], partition_keys)
-    return {key: frozenset(seqs) for key, seqs in _grouped((key, seq) for _, key, seq in rows).items()}
+def sessions_dropped_seqs_by_day(conn: psycopg.Connection, session_ids: Sequence[str],
+                                 partition_keys: Sequence[str]) -> dict[tuple[str, str], frozenset[int]]:
+    """(session, day) -> the seqs noise judging dropped, for the days asked (pairs with none
+    left out)."""
+    rows = _dropped_rows(conn, session_ids, partition_keys)
+    return {pair: frozenset(seqs) for pair, seqs in _grouped(((s, key), seq) for s, key, seq in rows).items()}
 
 
 # --- summaries ---------------------------------------------------------------------------
 
-def summary_start_state(conn: psycopg.Connection, session_id: str, first_partition: str) -> SummaryState:
-    """The state a fold starting at `first_partition` begins from."""
-    row = conn.execute(query("summary_state_before"),
-                       {"session_id": session_id, "partition_key": first_partition}).fetchone()
-    if row is not None:
-        version, summary, cursor_seq, cursor_ts, fingerprint = row
-        return SummaryState(Summary.from_json(summary), cursor_seq, cursor_ts, version, fingerprint)
-    legacy = conn.execute(query("legacy_summary"), {"session_id": session_id}).fetchone()
-    if legacy is not None:
-        summary, cursor_seq, cursor_ts = legacy
-        return SummaryState(Summary.from_json(summary), cursor_seq, cursor_ts, 0, "legacy")
-    return SummaryState()
+def summary_start_states(conn: psycopg.Connection, session_ids: Sequence[str],
+                         first_partition: str) -> dict[str, SummaryState]:
+    """The state each session's fold starting at `first_partition` begins from."""
+    params = {"session_ids": list(session_ids), "partition_key": first_partition}
+    states = {session_id: SummaryState(Summary.from_json(summary), cursor_seq, cursor_ts, version, fingerprint)
+              for session_id, version, summary, cursor_seq, cursor_ts, fingerprint
+              in conn.execute(query("summary_states_before"), params)}
+    legacy = {session_id: SummaryState(Summary.from_json(summary), cursor_seq, cursor_ts, 0, "legacy")
+              for session_id, summary, cursor_seq, cursor_ts in conn.execute(query("legacy_summaries"), params)}
+    return {s: states.get(s) or legacy.get(s) or SummaryState() for s in session_ids}
 
 
-def summary_versions_from(conn: psycopg.Connection, session_id: str, first_partition: str) -> list[StoredVersion]:
-    rows = conn.execute(query("summary_versions_from"), {"session_id": session_id, "partition_key": first_partition})
-    return [StoredVersion(v, key, step, count, fp, Summary.from_json(summary), cseq, cts)
-            for v, key, step, count, fp, summary, cseq, cts in rows]
+def summary_versions_from(conn: psycopg.Connection, session_ids: Sequence[str],
+                          first_partition: str) -> dict[str, list[StoredVersion]]:
+    """Each session's versions built for `first_partition` and later days, in order."""
+    rows = conn.execute(query("summary_versions_from"), {"session_ids": list(session_ids),
+                                                         "partition_key": first_partition})
+    return _grouped((s, StoredVersion(v, key, step, count, fp, Summary.from_json(summary), cseq, cts))
+                    for s, v, key, step, count, fp, summary, cseq, cts in rows)
 
 
 def discard_summary_versions(conn: psycopg.Connection, session_id: str, partition_key: str, step: int) -> None:
@@ -240,21 +244,25 @@ def current_summary(conn: psycopg.Connection, session_id: str) -> Summary | None
     return Summary.from_json(row[0]) if row else None
 
 
-def session_messages_in_window(conn: psycopg.Connection, session_id: str, window: TimeWindow) -> list[Message]:
-    return _message_rows(conn, "session_messages_in_window",
-                         {"session_id": session_id, "start": window.start, "end": window.end})
+def sessions_messages_in_windows(conn: psycopg.Connection,
+                                 windows: Mapping[str, TimeWindow]) -> dict[str, list[Message]]:
+    """Each session's messages sent in its own window, by session and seq."""
+    ids = list(windows)
+    return _by_session(_message_rows(conn, "sessions_messages_in_windows", {
+        "session_ids": ids, "starts": [windows[s].start for s in ids], "ends": [windows[s].end for s in ids]}))
 
 
 @contextmanager
-def session_lock(conn: psycopg.Connection, session_id: str) -> Iterator[None]:
-    """Hold the session's advisory lock across several transactions on `conn`."""
-    conn.execute(query("lock_session_for_fold"), {"session_id": session_id})
+def sessions_lock(conn: psycopg.Connection, session_ids: Sequence[str]) -> Iterator[None]:
+    """Hold the sessions' advisory locks across several transactions on `conn`."""
+    params = {"session_ids": list(session_ids)}
+    conn.execute(query("lock_sessions_for_fold"), params)
     conn.commit()
     try:
         yield
     finally:
         conn.rollback()
-        conn.execute(query("unlock_session_for_fold"), {"session_id": session_id})
+        conn.execute(query("unlock_sessions_for_fold"), params)
         conn.commit()
 
 

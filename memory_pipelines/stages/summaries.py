@@ -5,16 +5,17 @@ did not change."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import repository
 from memory_pipelines.records import Message, TimeWindow
 from memory_pipelines.stages.common import (
-    Backends, CallContext, Counts, StageFailure, StageReport, Window, day_window, run_parallel,
+    BATCH_SESSIONS, Backends, CallContext, Counts, StageFailure, StageReport, Window, day_window, run_parallel,
 )
 from memory_pipelines.stages.segments import ensure_judged
 from memory_pipelines.summaries import (
@@ -53,64 +54,84 @@ def fold_days(messages: Sequence[Message], stored_keys: set[str], first: str, la
 def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Backends) -> StageReport[SummaryCounts]:
     """Summaries over the window's days, in order, for every non-temp session with messages
     in it. `writer` summarizes; `judge` judges the days' segments the fold needs and
-    decides which summary entries a chunk overturned."""
-    summarizer, decider = backends.writer, backends.judge
+    decides which summary entries a chunk overturned. Sessions are folded a batch at a time
+    (their state read in one query per kind), `concurrency` batches at once."""
     ctx = CallContext(window.run_id, ASSET)
-    first, last = window.first, window.last
     with pool.connection() as conn:
         sessions = repository.sessions_in_window(conn, window.span)
+    # as many batches as sessions fold at once: a batch's sessions fold one after another
+    size = min(BATCH_SESSIONS, max(1, -(-len(sessions) // max(settings.concurrency, 1))))
+    batches = [sessions[i:i + size] for i in range(0, len(sessions), size)]
+    return run_parallel(batches, lambda batch: _fold_batch(pool, batch, window, settings, backends, ctx),
+                        StageReport(SummaryCounts(), calls_models=True), settings.concurrency)
 
-    def fold(item: tuple[str, str]) -> StageReport[SummaryCounts]:
-        session_id, user_id = item
-        report = StageReport(SummaryCounts(), calls_models=True)
-        counts = report.counts
-        with pool.connection() as conn, repository.session_lock(conn, session_id):
-            with conn.transaction():
-                start = repository.summary_start_state(conn, session_id, first)
-                stored = repository.summary_versions_from(conn, session_id, first)
-                messages = repository.session_messages_after(conn, session_id, start.cursor_seq)
-            keys = [k for k in fold_days(messages, {v.partition_key for v in stored}, first, last)
-                    if k >= settings.partition_start]
-            # the days' segments judged first (the fold leaves out what judging dropped), in one transaction
-            with conn.transaction():
-                if keys:
-                    span = TimeWindow(day_window(keys[0]).start, day_window(keys[-1]).end)
-                    by_day: dict[str, list[Message]] = defaultdict(list)
-                    for m in repository.session_messages_in_window(conn, session_id, span):
-                        by_day[m.ts.astimezone(UTC).date().isoformat()].append(m)
-                    for key in keys:
-                        # the judging's counts belong to conversation_segments; its calls and failures to this run
-                        judged = ensure_judged(conn, session_id, key, by_day.get(key, []), decider, ctx)
-                        report.calls.extend(judged.calls)
-                        report.failures.extend(judged.failures)
-                dropped = repository.dropped_seqs_by_day(conn, session_id, keys)
-            days = [Day(key, day_window(key).end, dropped.get(key, frozenset())) for key in keys]
-            plan = FoldPlan(session_id, user_id, start, days, messages, stored)
-            for event in fold_session(plan, summarizer, decider, settings.language, settings.chunk_chars):
-                with conn.transaction():
-                    if isinstance(event, VersionBuilt):
-                        v = event.version
-                        repository.insert_summary_version(conn, v, ctx.run_id)
-                        ctx.record(conn, event.calls, v.partition_key, session_id)
-                        report.calls.extend(event.calls)
-                        counts.versions_built += 1
-                        counts.versions_by_kind[v.kind] += 1
-                        report.preview.append({"session": session_id, "version": v.version, "day": v.partition_key,
-                                               "step": f"{v.step}/{v.step_count}", "cursor_seq": v.cursor_seq,
-                                               "current": v.summary.current_discussion})
-                    elif isinstance(event, VersionsReused):
-                        counts.versions_reused += event.count
-                    elif isinstance(event, DiscardFrom):
-                        repository.discard_summary_versions(conn, session_id, event.partition_key, event.step)
-                        counts.rebuilt_from_changed_day += 1
-                    elif isinstance(event, FoldStopped):
-                        ctx.record(conn, event.calls, event.partition_key, session_id)
-                        report.calls.extend(event.calls)
-                        report.failures.append(StageFailure(
-                            session_id, event.partition_key, f"chunk {event.step}: {event.reason}",
-                            any(c.budget_reached for c in event.calls)))
-                        counts.sessions_incomplete += 1
-        counts.sessions += 1
-        return report
 
-    return run_parallel(sessions, fold, StageReport(SummaryCounts(), calls_models=True), settings.concurrency)
+def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: Window, settings: Settings,
+                backends: Backends, ctx: CallContext) -> StageReport[SummaryCounts]:
+    """Fold a batch of sessions under their locks: read their start states, stored versions
+    and messages in one query each, judge the days the folds need in one transaction, then
+    fold each session, every version in its own transaction (a stopped run keeps what it
+    built and the next resumes from it)."""
+    summarizer, decider = backends.writer, backends.judge
+    report = StageReport(SummaryCounts(), calls_models=True)
+    ids = [session_id for session_id, _ in batch]
+    with pool.connection() as conn, repository.sessions_lock(conn, ids):
+        with conn.transaction():
+            starts = repository.summary_start_states(conn, ids, window.first)
+            stored = repository.summary_versions_from(conn, ids, window.first)
+            messages = repository.sessions_messages_after(conn, {s: starts[s].cursor_seq for s in ids})
+        keys = {s: [k for k in fold_days(messages.get(s, []), {v.partition_key for v in stored.get(s, [])},
+                                         window.first, window.last) if k >= settings.partition_start] for s in ids}
+        # the days' segments judged first (the fold leaves out what judging dropped), in one transaction
+        with conn.transaction():
+            spans = {s: TimeWindow(day_window(k[0]).start, day_window(k[-1]).end) for s, k in keys.items() if k}
+            judged_messages = repository.sessions_messages_in_windows(conn, spans)
+            for session_id, session_keys in keys.items():
+                by_day: dict[str, list[Message]] = defaultdict(list)
+                for m in judged_messages.get(session_id, []):
+                    by_day[m.ts.astimezone(UTC).date().isoformat()].append(m)
+                for key in session_keys:
+                    # the judging's counts belong to conversation_segments; its calls and failures to this run
+                    judged = ensure_judged(conn, session_id, key, by_day.get(key, []), decider, ctx)
+                    report.calls.extend(judged.calls)
+                    report.failures.extend(judged.failures)
+            dropped = repository.sessions_dropped_seqs_by_day(conn, list(spans), sorted(set().union(*keys.values())))
+        for session_id, user_id in batch:
+            days = [Day(key, day_window(key).end, dropped.get((session_id, key), frozenset()))
+                    for key in keys[session_id]]
+            plan = FoldPlan(session_id, user_id, starts[session_id], days, messages.get(session_id, []),
+                            stored.get(session_id, []))
+            _store_fold(conn, fold_session(plan, summarizer, decider, settings.language, settings.chunk_chars),
+                        session_id, ctx, report)
+            report.counts.sessions += 1
+    return report
+
+
+def _store_fold(conn: psycopg.Connection, events: Iterable, session_id: str, ctx: CallContext,
+                report: StageReport[SummaryCounts]) -> None:
+    """What one session's fold yields, each event in its own transaction."""
+    counts = report.counts
+    for event in events:
+        with conn.transaction():
+            if isinstance(event, VersionBuilt):
+                v = event.version
+                repository.insert_summary_version(conn, v, ctx.run_id)
+                ctx.record(conn, event.calls, v.partition_key, session_id)
+                report.calls.extend(event.calls)
+                counts.versions_built += 1
+                counts.versions_by_kind[v.kind] += 1
+                report.preview.append({"session": session_id, "version": v.version, "day": v.partition_key,
+                                       "step": f"{v.step}/{v.step_count}", "cursor_seq": v.cursor_seq,
+                                       "current": v.summary.current_discussion})
+            elif isinstance(event, VersionsReused):
+                counts.versions_reused += event.count
+            elif isinstance(event, DiscardFrom):
+                repository.discard_summary_versions(conn, session_id, event.partition_key, event.step)
+                counts.rebuilt_from_changed_day += 1
+            elif isinstance(event, FoldStopped):
+                ctx.record(conn, event.calls, event.partition_key, session_id)
+                report.calls.extend(event.calls)
+                report.failures.append(StageFailure(
+                    session_id, event.partition_key, f"chunk {event.step}: {event.reason}",
+                    any(c.budget_reached for c in event.calls)))
+                counts.sessions_incomplete += 1

@@ -16,12 +16,14 @@ FROM messages
 WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'
 ORDER BY session_id, seq;
 
--- name: session_messages_after
-SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
-       agent_id, tool_name, tool_args, tool_call_id, metadata
-FROM messages
-WHERE session_id = %(session_id)s AND seq > %(after_seq)s
-ORDER BY seq;
+-- name: sessions_messages_after
+-- Each session's messages after its own seq, by session and seq.
+SELECT m.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, m.source_file, m.source_line,
+       m.agent_id, m.tool_name, m.tool_args, m.tool_call_id, m.metadata
+FROM messages m
+JOIN unnest(%(session_ids)s::text[], %(after_seqs)s::bigint[]) AS c(session_id, after_seq) USING (session_id)
+WHERE m.seq > c.after_seq
+ORDER BY m.session_id, m.seq;
 
 -- name: active_days
 -- The UTC days in [start, end) on which a message was sent, or on which one sent at most
@@ -67,24 +69,24 @@ VALUES (%(segment_id)s, %(session_id)s, %(user_id)s, %(partition_key)s, %(start_
 SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.session'), hashtext(session_id))
 FROM (SELECT DISTINCT session_id FROM unnest(%(session_ids)s::text[]) AS s(session_id) ORDER BY session_id) ordered;
 
--- name: summary_state_before
--- The latest version built for a day before the range.
-SELECT version, summary, cursor_seq, cursor_ts, fingerprint
+-- name: summary_states_before
+-- Each session's latest version built for a day before the range.
+SELECT DISTINCT ON (session_id) session_id, version, summary, cursor_seq, cursor_ts, fingerprint
 FROM session_summary_versions
-WHERE session_id = %(session_id)s AND partition_key < %(partition_key)s
-ORDER BY version DESC LIMIT 1;
+WHERE session_id = ANY(%(session_ids)s) AND partition_key < %(partition_key)s
+ORDER BY session_id, version DESC;
 
--- name: legacy_summary
--- A summary imported without versions (and possibly without a cursor).
-SELECT s.summary, s.cursor_seq, s.cursor_ts FROM session_summaries s
-WHERE s.session_id = %(session_id)s
+-- name: legacy_summaries
+-- Summaries imported without versions (and possibly without a cursor).
+SELECT s.session_id, s.summary, s.cursor_seq, s.cursor_ts FROM session_summaries s
+WHERE s.session_id = ANY(%(session_ids)s)
   AND NOT EXISTS (SELECT 1 FROM session_summary_versions v WHERE v.session_id = s.session_id);
 
 -- name: summary_versions_from
-SELECT version, partition_key, step, step_count, fingerprint, summary, cursor_seq, cursor_ts
+SELECT session_id, version, partition_key, step, step_count, fingerprint, summary, cursor_seq, cursor_ts
 FROM session_summary_versions
-WHERE session_id = %(session_id)s AND partition_key >= %(partition_key)s
-ORDER BY version;
+WHERE session_id = ANY(%(session_ids)s) AND partition_key >= %(partition_key)s
+ORDER BY session_id, version;
 
 -- name: delete_summary_versions_from
 DELETE FROM session_summary_versions
@@ -128,19 +130,25 @@ DELETE FROM session_summaries s
 WHERE s.session_id = %(session_id)s AND s.version IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM session_summary_versions v WHERE v.session_id = s.session_id);
 
--- name: session_messages_in_window
-SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
-       agent_id, tool_name, tool_args, tool_call_id, metadata
-FROM messages
-WHERE session_id = %(session_id)s AND ts >= %(start)s AND ts < %(end)s
-ORDER BY seq;
+-- name: sessions_messages_in_windows
+-- Each session's messages sent in its own [start, end), by session and seq.
+SELECT m.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, m.source_file, m.source_line,
+       m.agent_id, m.tool_name, m.tool_args, m.tool_call_id, m.metadata
+FROM messages m
+JOIN unnest(%(session_ids)s::text[], %(starts)s::timestamptz[], %(ends)s::timestamptz[]) AS w(session_id, start_ts, end_ts)
+  USING (session_id)
+WHERE m.ts >= w.start_ts AND m.ts < w.end_ts
+ORDER BY m.session_id, m.seq;
 
--- name: lock_session_for_fold
--- Held for a whole fold (several transactions); same key as lock_sessions, which it re-enters.
-SELECT pg_advisory_lock(hashtext('memory_pipelines.session'), hashtext(%(session_id)s));
+-- name: lock_sessions_for_fold
+-- Held for a whole fold (several transactions); same keys as lock_sessions, which it
+-- re-enters; taken in session order, so overlapping sets never deadlock.
+SELECT pg_advisory_lock(hashtext('memory_pipelines.session'), hashtext(session_id))
+FROM (SELECT DISTINCT session_id FROM unnest(%(session_ids)s::text[]) AS s(session_id) ORDER BY session_id) ordered;
 
--- name: unlock_session_for_fold
-SELECT pg_advisory_unlock(hashtext('memory_pipelines.session'), hashtext(%(session_id)s));
+-- name: unlock_sessions_for_fold
+SELECT pg_advisory_unlock(hashtext('memory_pipelines.session'), hashtext(session_id))
+FROM unnest(%(session_ids)s::text[]) AS s(session_id);
 
 -- name: model_usage_by_purpose
 -- Calls that went to a model (the rules back end is not one), per task.
