@@ -127,16 +127,18 @@ def _grouped(rows: Iterable[Sequence]) -> dict:
     return grouped
 
 
-def messages_in_window(conn: psycopg.Connection, window: TimeWindow) -> list[Message]:
-    """Messages of non-temp sessions sent in the window, by session and seq."""
-    return _message_rows(conn, "messages_in_window", {"start": window.start, "end": window.end})
+def messages_in_window(conn: psycopg.Connection, window: TimeWindow) -> dict[str, list[Message]]:
+    """Each non-temp session's messages sent in the window, by seq (sessions in order)."""
+    return _by_session(_message_rows(conn, "messages_in_window", {"start": window.start, "end": window.end}))
 
 
-def sessions_messages_after(conn: psycopg.Connection, cursors: Mapping[str, int | None]) -> dict[str, list[Message]]:
-    """Each session's messages after its cursor seq (all of them: None), by session and seq."""
+def sessions_messages_after(conn: psycopg.Connection, cursors: Mapping[str, int | None],
+                            end: datetime | None = None) -> dict[str, list[Message]]:
+    """Each session's messages after its cursor seq (all of them: None) and sent before
+    `end` (any time: None), by seq."""
     ids = list(cursors)
     return _by_session(_message_rows(conn, "sessions_messages_after", {
-        "session_ids": ids, "after_seqs": [-1 if cursors[s] is None else cursors[s] for s in ids]}))
+        "session_ids": ids, "after_seqs": [-1 if cursors[s] is None else cursors[s] for s in ids], "end": end}))
 
 
 def last_messages(conn: psycopg.Connection, session_id: str, limit: int) -> list[Message]:
@@ -452,8 +454,7 @@ def chunk_window_states(conn: psycopg.Connection, session_ids: Sequence[str], en
 def chunk_pending_messages(conn: psycopg.Connection, states: Sequence[ChunkWindowState],
                            end: datetime) -> dict[str, list[Message]]:
     """Each session's messages after its last chunk and before `end`, by seq."""
-    return _by_session(_message_rows(conn, "chunk_pending_messages", {
-        "session_ids": [s.session_id for s in states], "after_seqs": [s.watermark for s in states], "end": end}))
+    return sessions_messages_after(conn, {s.session_id: s.watermark for s in states}, end)
 
 
 def insert_chunks(conn: psycopg.Connection, rows: Sequence[dict]) -> int:

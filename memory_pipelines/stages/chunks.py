@@ -37,9 +37,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     """Chunks for each day: what left each session's context window as of the day's end."""
     report = StageReport(ChunkCounts())
     counts = report.counts
-    with pool.connection() as conn:
-        active = window.active_days(conn, settings.stale_after)
-    for key, day in window.days(ASSET, only=active):
+    for key, day in window.days(ASSET, only=window.active_days(pool, settings.stale_after)):
         with pool.connection() as conn, conn.transaction():
             # sessions active in the day, or gone stale early in it
             session_ids = list(dict.fromkeys(s for s, _ in repository.sessions_in_window(

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import repository
 from memory_pipelines.embed import Embedder
@@ -89,11 +90,12 @@ class Window:
                     yield key, day_window(key)
                 advance()
 
-    def active_days(self, conn: psycopg.Connection, reach: timedelta = timedelta(0)) -> frozenset[str]:
+    def active_days(self, pool: ConnectionPool, reach: timedelta = timedelta(0)) -> frozenset[str]:
         """The window's days with a message, or on which one sent at most `reach` before the
         day began goes stale: a day outside them has no work for a stage whose work is the
         day's messages (and sessions gone stale in it)."""
-        return repository.active_days(conn, self.span, reach)
+        with pool.connection() as conn:
+            return repository.active_days(conn, self.span, reach)
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ def run(pool: ConnectionPool, window: Window, settings: DecaySettings,
         backends: Backends = NO_BACKENDS) -> StageReport[DecayCounts]:
     counts = DecayCounts()
     judged_as_of = None
+    # a day without a message decays as of the same moment as the day before, which changes
+    # nothing (decay is idempotent): only the first day and days with data
+    active = window.active_days(pool) | {window.first}
     with pool.connection() as conn:
-        # a day without a message decays as of the same moment as the day before, which
-        # changes nothing (decay is idempotent): only the first day and days with data
-        active = window.active_days(conn) | {window.first}
         for key, day in window.days(ASSET, only=active):  # each day as of its own newest message, in order
             as_of = decay_as_of(conn, day.end)
             if as_of is None or as_of == judged_as_of:

@@ -23,9 +23,7 @@ class ErrorCounts(Counts):
 def run(pool: ConnectionPool, window: Window, settings: None = None,
         backends: Backends = NO_BACKENDS) -> StageReport[ErrorCounts]:
     report = StageReport(ErrorCounts())
-    with pool.connection() as conn:
-        active = window.active_days(conn)
-    for key, day in window.days(ASSET, only=active):
+    for key, day in window.days(ASSET, only=window.active_days(pool)):
         with pool.connection() as conn, conn.transaction():
             rows = []
             session_ids = [r[0] for r in conn.execute(query("window_tool_sessions"),

@@ -157,10 +157,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     extractor = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
-    with pool.connection() as conn:
-        # a session becomes due on the day its last message goes stale; one left due before
-        # the window is caught up on its first day, one that failed on the next day
-        active = window.active_days(conn, settings.stale_after) | {window.first}
+    # a session becomes due on the day its last message goes stale; one left due before the
+    # window is caught up on its first day, one that failed on the next day
+    active = window.active_days(pool, settings.stale_after) | {window.first}
     retry = False
     for key, day in window.days(ASSET):
         if key not in active and not retry:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -133,13 +132,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     synthesizer = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = StageReport(KnowledgeCounts(), calls_models=True)
-    with pool.connection() as conn:
-        active = window.active_days(conn)
-    for key, day in window.days(ASSET, only=active):
+    for key, day in window.days(ASSET, only=window.active_days(pool)):
         with pool.connection() as conn:
-            by_session: dict[str, list[Message]] = defaultdict(list)
-            for message in repository.messages_in_window(conn, day):
-                by_session[message.session_id].append(message)
+            by_session = repository.messages_in_window(conn, day)
         for batch in session_batches(sorted(by_session.items()), synthesizer, settings.concurrency):
             report.merge(_synthesize_batch(pool, batch, key, synthesizer, ctx, settings))
     return report

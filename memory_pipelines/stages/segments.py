@@ -3,7 +3,7 @@ marked dropped with its reason. A session-day whose inputs did not change is not
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -102,14 +102,10 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     judge = backends.judge
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
-    with pool.connection() as conn:
-        active = window.active_days(conn)
-    for key, day in window.days(ASSET, only=active):
+    for key, day in window.days(ASSET, only=window.active_days(pool)):
         pending: list[list[Segment]] = []
         with pool.connection() as conn:
-            by_session: dict[str, list[Message]] = defaultdict(list)
-            for message in repository.messages_in_window(conn, day):
-                by_session[message.session_id].append(message)
+            by_session = repository.messages_in_window(conn, day)
             current = repository.current_judgements(conn, list(by_session), key)
             for session_id, messages in sorted(by_session.items()):
                 segments = cut_segments(messages)

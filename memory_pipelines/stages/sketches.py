@@ -25,9 +25,7 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
         backends: Backends = NO_BACKENDS) -> StageReport[SketchCounts]:
     """For each day, its scratchpad writes in one batch (in transcript order, so the newest wins)."""
     report = StageReport(SketchCounts())
-    with pool.connection() as conn:
-        active = window.active_days(conn)
-    for key, day in window.days(ASSET, only=active):
+    for key, day in window.days(ASSET, only=window.active_days(pool)):
         with pool.connection() as conn, conn.transaction():
             rows = []
             for session_id, seq, user_id, ts, args in conn.execute(

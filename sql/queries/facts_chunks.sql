@@ -160,10 +160,3 @@ CROSS JOIN LATERAL (SELECT max(ts) AS last_ts, (array_agg(seq ORDER BY seq DESC)
 CROSS JOIN LATERAL (SELECT max(end_seq) AS watermark FROM memory_chunks c WHERE c.session_id = a.session_id) w
 ORDER BY a.session_id;
 
--- name: chunk_pending_messages
--- Each session's messages after its last chunk and before the day's end, by session and seq.
-SELECT m.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, m.source_file, m.source_line,
-       m.agent_id, m.tool_name, m.tool_args, m.tool_call_id, m.metadata
-FROM unnest(%(session_ids)s::text[], %(after_seqs)s::bigint[]) AS w(session_id, after_seq)
-JOIN messages m ON m.session_id = w.session_id AND m.seq > w.after_seq AND m.ts < %(end)s
-ORDER BY m.session_id, m.seq;

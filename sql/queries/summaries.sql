@@ -17,12 +17,13 @@ WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'
 ORDER BY session_id, seq;
 
 -- name: sessions_messages_after
--- Each session's messages after its own seq, by session and seq.
+-- Each session's messages after its own seq and sent before the end (every one: end NULL),
+-- by session and seq.
 SELECT m.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, m.source_file, m.source_line,
        m.agent_id, m.tool_name, m.tool_args, m.tool_call_id, m.metadata
 FROM messages m
 JOIN unnest(%(session_ids)s::text[], %(after_seqs)s::bigint[]) AS c(session_id, after_seq) USING (session_id)
-WHERE m.seq > c.after_seq
+WHERE m.seq > c.after_seq AND (%(end)s::timestamptz IS NULL OR m.ts < %(end)s)
 ORDER BY m.session_id, m.seq;
 
 -- name: active_days

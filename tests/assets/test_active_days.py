@@ -39,11 +39,18 @@ def _write(folder) -> None:
 
 def test_the_days_with_work_are_those_with_messages_and_those_a_session_goes_stale_on(database_url, tmp_path):
     _write(tmp_path / "t")
-    materialize_range(all_assets, DAYS[0], DAYS[-1], pipeline_resources(database_url, tmp_path / "t"))
+    ranged = materialize_range(all_assets, DAYS[0], DAYS[-1], pipeline_resources(database_url, tmp_path / "t"))
+    # every day is materialized; the range's counts are on its last day, the others name it
+    by_day = {m.partition: m.metadata for m in ranged.asset_materializations_for_node("memory_facts")}
+    assert sorted(by_day) == DAYS
+    assert by_day[DAYS[-1]]["sessions_extracted"].value == 2
+    assert all(by_day[d]["range_totals_on"].value == DAYS[-1] and "sessions_extracted" not in by_day[d]
+               for d in DAYS[:-1])
     window = Window(tuple(DAYS), "r")
     with psycopg.connect(database_url) as conn:
-        assert window.active_days(conn) == {"2026-03-01", "2026-03-04"}
-        assert window.active_days(conn, timedelta(minutes=30)) == {"2026-03-01", "2026-03-02", "2026-03-04"}
+        assert repository.active_days(conn, window.span) == {"2026-03-01", "2026-03-04"}
+        assert repository.active_days(conn, window.span, timedelta(minutes=30)) == {
+            "2026-03-01", "2026-03-02", "2026-03-04"}
         assert repository.active_days(conn, Window(("2026-03-02",), "r").span) == frozenset()
         # s-late's facts were extracted on the day it went stale, with no message that day
         extracted = dict(conn.execute("SELECT session_id, partition_key FROM session_memory_state").fetchall())

@@ -74,6 +74,17 @@ def test_offline_run_fills_segments_summaries_and_the_call_ledger(database_url):
         WHERE s.cursor_seq > (SELECT max(seq) FROM messages m WHERE m.session_id = s.session_id)""") == 0
 
 
+def test_sessions_folded_in_concurrent_batches_build_what_one_at_a_time_builds(make_database):
+    one, several = make_database(), make_database()
+    materialize_partitions(PIPELINE, DAYS, one, SAMPLE_TRANSCRIPTS)
+    materialize_range(PIPELINE, DAYS[0], DAYS[-1], pipeline_resources(several, SAMPLE_TRANSCRIPTS,
+                                                                      llm=ModelResource(concurrency=3)))
+    tables = ["session_summary_versions", "session_summaries", "conversation_segments"]
+    built = content_fingerprints(one, tables)
+    assert built["session_summary_versions"][0] > 0
+    assert content_fingerprints(several, tables) == built
+
+
 def test_rerunning_changes_nothing_and_calls_no_model(database_url):
     materialize_partitions(PIPELINE, DAYS, database_url, SAMPLE_TRANSCRIPTS)
     before = content_fingerprints(database_url)
