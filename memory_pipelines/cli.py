@@ -592,6 +592,33 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_turns(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.search import get_turns_by_score
+
+    if not 1 <= args.k <= 100:
+        raise UsageError(f"--k must be between 1 and 100, not {args.k}")
+    with get_pool(_connect_url(_settings())).connection() as conn:
+        _require_user(conn, args.user)
+        if args.session is not None:
+            _require_session(conn, args.session, args.user)
+        scores = get_turns_by_score(conn, args.user, args.session, args.k)
+    if args.json:
+        print(json.dumps(scores.to_json(), ensure_ascii=False, indent=2))
+        return 0
+    scope = f"session {args.session}" if args.session else f"user {args.user}"
+    as_of = f"{scores.as_of:%Y-%m-%d %H:%M}" if scores.as_of else "never (nothing ingested)"
+    print(f"{len(scores.turns)} of {scores.considered} turn(s) of {scope} by decay score, as of {as_of} "
+          f"(base rate {scores.base_rate}/h)")
+    for s in scores.turns:
+        cited = ", ".join(sorted({c.kind for c in s.cited_by})) or "nothing"
+        text = " ".join(s.turn.body.split())
+        print(f"  {s.score:6.3f}  importance {s.importance:.2f} (cited by {cited}), {s.age_hours / 24:.1f} days old, "
+              f"{s.turn.access_count} access(es)  {s.turn.session_id}#{s.turn.seq} {s.turn.role}: "
+              f"{text[:100]}{'...' if len(text) > 100 else ''}")
+    return 0
+
+
 def _derived_values() -> dict[str, object]:
     """What the settings that follow others resolve to: the model and embedder families."""
     from memory_pipelines.config import default_home
@@ -932,6 +959,14 @@ def build_parser() -> argparse.ArgumentParser:
     sessions = sub.add_parser("sessions", help="a user's sessions: times, messages, chunks, summary, extraction")
     sessions.add_argument("--user", required=True)
     sessions.set_defaults(func=cmd_sessions)
+
+    turns = sub.add_parser("turns", help="a user's (or session's) turns by decay score: importance from the entries "
+                                         "and facts citing them, age, accesses (each listed turn counts an access)")
+    turns.add_argument("--user", required=True)
+    turns.add_argument("--session", help="one of the user's sessions")
+    turns.add_argument("--k", type=int, default=10, help="turns to list, 1-100 (default 10)")
+    turns.add_argument("--json", action="store_true", help="every score's parts too")
+    turns.set_defaults(func=cmd_turns)
 
     config = sub.add_parser("config", help="the effective settings (secrets masked) and where each came from; "
                                            "exit 2 when one is invalid")

@@ -18,14 +18,17 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 
+from memory_pipelines.config import DecaySettings
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder, EmbeddingError
-from memory_pipelines.knowledge import Triple, superseded_by
+from memory_pipelines.knowledge import DECAY_FORMULA, Triple, superseded_by
+from memory_pipelines.lifecycle import decay_as_of
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
 from memory_pipelines.passages import (
     AFTER, BEFORE, Budget, Passage, Turn, TurnSearch, fill_passages, search_passages,
 )
 from memory_pipelines.timeexpr import TimeRange, time_range
+from memory_pipelines.turns import Citation, ScoredTurn, TurnCandidate, score_turns
 from memory_pipelines.rules.text import ALL_STOPWORDS, content_words
 
 log = logging.getLogger(__name__)
@@ -533,10 +536,13 @@ class UnifiedMemorySearch(MemorySearch):
         return time_range(text, now) if now is not None else None
 
     def _count_access(self, hits: Sequence[MemoryHit]) -> None:
-        """Every hit counts as an access: decay gives often-used memories a boost."""
+        """Every hit counts as an access, and every turn of a served passage: decay gives
+        often-used memories a boost."""
         statements = [(name, {"ids": ids}) for source, name in (("fact", "count_fact_access"),
                                                                    ("knowledge", "count_knowledge_access"))
                       if (ids := [h.id for h in hits if h.source_type == source])]
+        if turn_ids := [t.id for h in hits if h.source_type == "raw" for t in h.turns]:
+            statements.append(("count_turn_access", {"ids": turn_ids}))
         if statements:
             with self.conn.pipeline():  # one round trip
                 for name, params in statements:
@@ -641,6 +647,49 @@ def format_served(text: str, scope: str, served: ServedMemory) -> str:
         tail.append(f"time named: {served.time_range.phrase!r} = {served.time_range.since:%Y-%m-%d} .. "
                     f"{served.time_range.until:%Y-%m-%d} (its passages first)")
     return "\n".join([format_hits(text, scope, served.hits), "", *tail])
+
+
+@dataclass(frozen=True)
+class TurnScores:
+    """The turns decay keeps highest for one user (or one of their sessions), as of the
+    newest message the pipeline has seen (conversation time, as decay judges)."""
+    user_id: str
+    session_id: str | None
+    as_of: datetime | None
+    base_rate: float
+    considered: int
+    turns: tuple[ScoredTurn, ...]
+
+    def to_json(self) -> dict:
+        return {"user_id": self.user_id, "session_id": self.session_id, "as_of": self.as_of.isoformat() if self.as_of else None,
+                "formula": DECAY_FORMULA, "base_rate": self.base_rate, "considered": self.considered,
+                "turns": [{"id": s.turn.id, "session_id": s.turn.session_id, "seq": s.turn.seq, "role": s.turn.role,
+                           "ts": s.turn.ts.isoformat(), "text": s.turn.body, "score": round(s.score, 6),
+                           "importance": round(s.importance, 6),
+                           "cited_by": [{"kind": c.kind, "importance": round(c.weight, 6), "seq_start": c.seq_start,
+                                         "seq_end": c.seq_end, "text": c.text[:200]} for c in s.cited_by],
+                           "age_hours": round(s.age_hours, 2),
+                           "access_count": s.turn.access_count, "rate": s.terms.rate,
+                           "faded": round(s.terms.faded, 6), "boost": round(s.terms.boost, 6)}
+                          for s in self.turns]}
+
+
+def get_turns_by_score(conn: psycopg.Connection, user_id: str, session_id: str | None = None, k: int = 10, *,
+                       settings: DecaySettings | None = None, as_of: datetime | None = None) -> TurnScores:
+    """navra's decay-scored turns: the user's (or the session's) k turns scoring highest
+    (importance from the entries and facts that cite a turn, faded with age at a rate
+    importance slows, plus the access boost). The turns returned count an access."""
+    rules = settings or DecaySettings.from_env()
+    if as_of is None:
+        as_of = decay_as_of(conn, datetime.now(UTC))
+    scope = {"user_id": user_id, "session_id": session_id}
+    with conn.cursor(row_factory=dict_row) as cur:
+        turns = [TurnCandidate(**row) for row in cur.execute(query("turn_decay_candidates"), scope).fetchall()]
+        citations = [Citation(**row) for row in cur.execute(query("turn_citations"), scope).fetchall()]
+    kept = score_turns(turns, citations, as_of, rules.base_rate, k) if as_of is not None else []
+    if kept:
+        conn.execute(query("count_turn_access"), {"ids": [s.turn.id for s in kept]})
+    return TurnScores(user_id, session_id, as_of, rules.base_rate, len(turns), tuple(kept))
 
 
 def recall(conn: psycopg.Connection, embedder: Embedder | None, session_id: str, recent_messages: Sequence[dict],

@@ -13,9 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
+from memory_pipelines.knowledge import DecayTerms, decay_terms
+from memory_pipelines.knowledge import importance as knowledge_importance
 from memory_pipelines.records import Message, TurnRow
-from memory_pipelines.rules.text import detect_language
+from memory_pipelines.rules.text import content_words, detect_language
 
 TOOL_RESULT_CHARS = 2000
 # what the embedding of a turn reads: the turn, and the ends of its neighbours that touch it
@@ -26,6 +30,9 @@ MAX_KEYS = 20
 TEXT_SEARCH_CONFIGS = {"en": "english", "de": "german", "es": "spanish", "fr": "french", "it": "italian",
                        "pt": "portuguese", "nl": "dutch"}
 INDEXED_ROLES = ("user", "assistant", "tool")
+# the importance of a turn no distilled row cites: below every cited one (the least, an event
+# at confidence 0.5, is 0.15), so it fades fastest and never outranks cited memory of its age
+UNCITED_TURN_IMPORTANCE = 0.1
 
 
 def text_search_config(language: str) -> str:
@@ -77,3 +84,87 @@ def build_turns(messages: Sequence[Message], keys: Sequence[str]) -> list[TurnRo
         rows.append(TurnRow(m.session_id, m.seq, m.user_id, pos, m.role, m.ts, language, body, keys_in(body, keys),
                             _hash(window_text(previous, body, following))))
     return rows
+
+
+
+@dataclass(frozen=True)
+class TurnCandidate:
+    """A stored turn, as decay-scored retrieval reads it."""
+    id: int
+    session_id: str
+    seq: int
+    role: str
+    ts: datetime
+    body: str
+    access_count: int
+    last_accessed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Citation:
+    """A distilled row citing a seq span of a session: a knowledge entry (its importance)
+    or a fact (its confidence, 0-1)."""
+    session_id: str
+    seq_start: int
+    seq_end: int
+    kind: str  # an entry's kind, or "fact"
+    importance: float | None
+    confidence: float | None
+    text: str
+
+    @property
+    def weight(self) -> float:
+        """navra's importance: an entry's own, a fact's 0.5 x its confidence."""
+        return self.importance if self.importance is not None else knowledge_importance("fact", self.confidence or 0)
+
+
+def cite_turns(turns: Sequence[TurnCandidate], citations: Iterable[Citation]) -> dict[int, list[Citation]]:
+    """Which turns each citation gives its importance to: the turns of its span whose text
+    shares its content words (all of them, or two at least), so a wide span lifts the turns
+    that say what was distilled and not every "thanks" in it; when none does (a paraphrase),
+    every turn of the span."""
+    by_session: dict[str, list[TurnCandidate]] = {}
+    for t in turns:
+        by_session.setdefault(t.session_id, []).append(t)
+    words = {t.id: content_words(t.body) for t in turns}
+    cited: dict[int, list[Citation]] = {}
+    for c in citations:
+        span = [t for t in by_session.get(c.session_id, ()) if c.seq_start <= t.seq <= c.seq_end]
+        wanted = content_words(c.text)
+        need = min(2, len(wanted))
+        saying = [t for t in span if need and len(words[t.id] & wanted) >= need]
+        for t in saying or span:
+            cited.setdefault(t.id, []).append(c)
+    return cited
+
+
+@dataclass(frozen=True)
+class ScoredTurn:
+    turn: TurnCandidate
+    cited_by: tuple[Citation, ...]
+    age_hours: float
+    terms: DecayTerms
+
+    @property
+    def importance(self) -> float:
+        """The highest importance of what cites the turn, or `UNCITED_TURN_IMPORTANCE`."""
+        return max((c.weight for c in self.cited_by), default=UNCITED_TURN_IMPORTANCE)
+
+    @property
+    def score(self) -> float:
+        return self.terms.score
+
+
+def score_turns(turns: Sequence[TurnCandidate], citations: Iterable[Citation], as_of: datetime, base_rate: float,
+                k: int) -> list[ScoredTurn]:
+    """The k turns decay keeps highest as of `as_of` (navra's get_turns_by_score): the
+    importance-modulated fade plus the access boost; ties go to the newer turn."""
+    cited = cite_turns(turns, citations)
+    scored = []
+    for t in turns:
+        by = tuple(cited.get(t.id, ()))
+        importance = max((c.weight for c in by), default=UNCITED_TURN_IMPORTANCE)
+        age_hours = max(0.0, (as_of - t.ts).total_seconds() / 3600)
+        scored.append(ScoredTurn(t, by, age_hours, decay_terms(importance, age_hours, t.access_count, base_rate)))
+    scored.sort(key=lambda s: (-s.score, -s.turn.ts.timestamp(), s.turn.session_id, s.turn.seq))
+    return scored[:max(0, k)]

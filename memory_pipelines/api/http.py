@@ -247,6 +247,13 @@ def create_app(service: MemoryService | None = None, settings: ApiSettings | Non
                           limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict:
         return await run(request, lambda c: request.app.state.service.decay_scores(c, user_id=user_id, limit=limit))
 
+    @app.get("/v1/turns/by-score", summary="the turns decay keeps highest (navra's get_turns_by_score), with "
+                                            "their score's parts")
+    async def turns_by_score(request: Request, user_id: str | None = None, session_id: str | None = None,
+                             k: Annotated[int, Query(ge=1, le=100)] = 10) -> dict:
+        return await run(request, lambda c: request.app.state.service.turns_by_score(
+            c, user_id=user_id, session_id=session_id, k=k))
+
     @app.post("/v1/distill", summary="text to typed knowledge entries (llm or rules); store persists them")
     async def distill(request: Request, body: DistillBody) -> dict:
         return await run(request, lambda c: request.app.state.service.distill(

@@ -156,6 +156,14 @@ def build_server(service: MemoryService, settings: ApiSettings | None = None) ->
         return await run(ctx, lambda c: service.decay_scores(c, limit=limit))
 
     @server.tool(description=(
+        "The user's turns (or one session's) that decay keeps highest: importance from the knowledge entries "
+        "and facts citing each turn, faded with age at a rate importance slows, plus a boost for turns served "
+        "often; each with the score's parts. The turns returned count an access."))
+    async def turns_by_score(ctx: Context, session_id: str | None = None,
+                             k: Annotated[int, Field(ge=1, le=100)] = 10) -> Result:
+        return await run(ctx, lambda c: service.turns_by_score(c, session_id=session_id, k=k))
+
+    @server.tool(description=(
         "Distill text into typed knowledge entries and relations, through the configured model (mode=llm) "
         "or deterministic rules (mode=rules). store=true saves them for this user with lineage 'api'."))
     async def distill(text: str, ctx: Context, mode: Literal["llm", "rules"] = "llm", store: bool = False,

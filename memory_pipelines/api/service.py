@@ -36,7 +36,9 @@ from memory_pipelines.llm.backends import render_transcript
 from memory_pipelines.llm.config import ModelConfig, chat_config, decision_config
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES, Message
 from memory_pipelines.session_context import context_for
-from memory_pipelines.search import AccessDenied, UnifiedMemorySearch, format_served, recall, write_sketch
+from memory_pipelines.search import (
+    AccessDenied, UnifiedMemorySearch, format_served, get_turns_by_score, recall, write_sketch,
+)
 from memory_pipelines.transcripts import hash_message
 
 log = logging.getLogger("memory_pipelines.api")
@@ -276,6 +278,22 @@ class MemoryService:
                           "threshold": rules.threshold, "min_age_days": rules.min_age_days,
                           "decay_facts": rules.decay_facts, "count": len(verdicts), "entries": rows})
 
+    def turns_by_score(self, caller: Caller, *, user_id: str | None = None, session_id: str | None = None,
+                       k: int = 10) -> dict:
+        """The user's (or one session's) turns decay keeps highest, each with its score's
+        parts (importance from what cites it, age, accesses); the turns returned count an
+        access. An admin names the user, or a session (its user's turns)."""
+        with self._conn() as conn:
+            if session_id is None:
+                user = caller.one_user(user_id)
+            else:
+                owner = self._own_session(conn, caller, session_id)
+                user = caller.user(user_id) or owner
+                if user != owner:
+                    raise NotFound(f"no session {session_id!r} of user {user!r}")
+            scores = get_turns_by_score(conn, user, session_id, max(1, min(100, k)))
+        return scores.to_json()
+
     def lineage(self, caller: Caller, kind: str, ident: str) -> dict:
         with self._conn() as conn:
             try:
@@ -408,12 +426,14 @@ class MemoryService:
 
     # --- helpers -------------------------------------------------------------------------
 
-    def _own_session(self, conn: psycopg.Connection, caller: Caller, session_id: str) -> None:
+    def _own_session(self, conn: psycopg.Connection, caller: Caller, session_id: str) -> str:
+        """The session's user, when the caller may read it."""
         owner = conn.execute(query("session_owner"), {"session_id": session_id}).fetchone()
         if owner is None:
             raise NotFound(f"no session {session_id!r} is stored")
         if not caller.key.admin and owner[0] != caller.key.user_id:
             raise Forbidden(f"session {session_id!r} belongs to another user")
+        return owner[0]
 
     def _write(self, caller: Caller, operation: str, request: dict, idempotency_key: str | None,
                write: Callable[[psycopg.Connection, datetime], dict]) -> dict:

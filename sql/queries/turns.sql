@@ -131,3 +131,29 @@ SELECT max(ts) FROM memory_turns WHERE %(all_users)s OR user_id = %(user_id)s;
 SELECT id, session_id, seq, pos, role, ts, body FROM memory_turns
 WHERE session_id = %(session_id)s AND user_id = %(user_id)s AND seq BETWEEN %(first)s AND %(last)s
 ORDER BY pos;
+
+-- name: turn_decay_candidates
+-- A user's turns (or one session's), for decay-scored retrieval.
+SELECT id, session_id, seq, role, ts, body, access_count, last_accessed_at FROM memory_turns
+WHERE user_id = %(user_id)s AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+ORDER BY session_id, seq;
+
+-- name: turn_citations
+-- What cites the user's turns (or one session's): knowledge entries and facts (hidden
+-- re-spellings too: they are evidence of the same fact), each with its seq span, kind,
+-- importance (a fact's from its confidence, 0-100) and text.
+SELECT session_id, seq_start, seq_end, kind, importance::float8 AS importance, NULL::float8 AS confidence,
+       title || ' ' || content AS text
+FROM knowledge_entries
+WHERE user_id = %(user_id)s AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+UNION ALL
+SELECT session_id, seq_start, seq_end, 'fact', NULL, confidence / 100.0, replace(key, '_', ' ') || ' ' || value
+FROM memory_facts
+WHERE user_id = %(user_id)s AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+ORDER BY 1, 2, 3, 4, 7;
+
+-- name: count_turn_access
+-- Served turns count an access (decay-scored turns get a boost); as count_fact_access, a
+-- row another transaction holds is skipped rather than waited for.
+UPDATE memory_turns SET access_count = access_count + 1, last_accessed_at = now()
+WHERE id IN (SELECT id FROM memory_turns WHERE id = ANY(%(ids)s) FOR NO KEY UPDATE SKIP LOCKED);

@@ -5,6 +5,7 @@ times, isolation between users and hostile queries."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import math
 from datetime import UTC, date, datetime, timedelta
 
@@ -205,3 +206,45 @@ def test_a_recalled_chunk_is_its_matching_window_not_its_first_characters(conn):
     assert start <= hit.start_seq <= hit.end_seq <= end
     # then not served again to that session
     assert chunk_id not in [h.id for h in recall(conn, EMBEDDER, "s-bob-0006", recent, "ledger-api port 9090", k=2)]
+
+
+def test_turns_by_score_on_the_distilled_sample_rank_cited_turns_by_their_entries_and_keep_to_the_user(conn):
+    from memory_pipelines.search import get_turns_by_score
+
+    bob = get_turns_by_score(conn, "bob", k=500)
+    stored = conn.execute("SELECT count(*) FROM memory_turns WHERE user_id = 'bob'").fetchone()[0]
+    assert bob.considered == stored == len(bob.turns) > 20
+    scores = [s.score for s in bob.turns]
+    assert scores == sorted(scores, reverse=True)
+    top = bob.turns[0]
+    entries = conn.execute("SELECT importance FROM knowledge_entries WHERE session_id = %s AND %s BETWEEN seq_start "
+                           "AND seq_end", (top.turn.session_id, top.turn.seq)).fetchall()
+    assert top.cited_by and top.importance == pytest.approx(max(float(i) for (i,) in entries), abs=1e-6)
+    assert top.importance > bob.turns[-1].importance
+    alice = get_turns_by_score(conn, "alice", k=500)
+    assert alice.turns and not {s.turn.id for s in alice.turns} & {s.turn.id for s in bob.turns}
+    one = get_turns_by_score(conn, "bob", "s-bob-0006", k=500)
+    assert {s.turn.session_id for s in one.turns} == {"s-bob-0006"} and one.considered < bob.considered
+    assert get_turns_by_score(conn, "alice", "s-bob-0006", k=500).turns == ()
+
+
+def test_served_turns_count_an_access_that_reindexing_keeps(conn):
+    from memory_pipelines.search import get_turns_by_score
+
+    def accesses(ids):
+        return dict(conn.execute("SELECT id, access_count FROM memory_turns WHERE id = ANY(%s)", (list(ids),)))
+
+    first = get_turns_by_score(conn, "bob", "s-bob-0005", k=3)
+    ids = [s.turn.id for s in first.turns]
+    assert accesses(ids) == {s.turn.id: s.turn.access_count + 1 for s in first.turns}
+    again = get_turns_by_score(conn, "bob", "s-bob-0005", k=3)
+    assert [s.turn.id for s in again.turns] == ids and all(s.terms.boost > 0 for s in again.turns)
+    served = UnifiedMemorySearch(conn, EMBEDDER).serve("ledger-api port", "raw", 3, "bob", budget_chars=2000)
+    raw_turns = {t.id for h in served.hits for t in h.turns}
+    assert raw_turns and all(n >= 1 for n in accesses(raw_turns).values())
+    # indexing the session again, with a turn's text changed, leaves every count
+    before = accesses(ids)
+    messages = repository.sessions_messages(conn, ["s-bob-0005"])["s-bob-0005"]
+    changed = [replace(m, content=m.content + " (edited)") if m.seq == first.turns[0].turn.seq else m for m in messages]
+    written, _ = repository.store_turns(conn, ["s-bob-0005"], build_turns(changed, []), "test")
+    assert written >= 1 and accesses(ids) == before

@@ -18,7 +18,7 @@ from pgvector.psycopg import register_vector
 from memory_pipelines import graph, lineage
 from memory_pipelines.embed import build_embedder, embed_config
 from memory_pipelines.session_context import context_for
-from memory_pipelines.search import UnifiedMemorySearch
+from memory_pipelines.search import UnifiedMemorySearch, get_turns_by_score
 from tests.helpers import ENTRY, Server, free_port, start_server
 
 
@@ -180,6 +180,33 @@ def test_context_recall_knowledge_graph_decay_lineage_summary_answer_as_the_quer
         assert summary["summary"] == stored and "9090" in stored
 
 
+def test_turns_by_score_serves_the_query_modules_turns_counts_their_access_and_keeps_to_the_user(api, query_module):
+    conn, _ = query_module
+    with api.client("bob") as client:
+        got = client.get("/v1/turns/by-score", params={"k": 5}).json()
+        assert len(got["turns"]) == 5 and got["considered"] > 5
+        assert {t["session_id"].split("-")[1] for t in got["turns"]} == {"bob"}
+        scores = [t["score"] for t in got["turns"]]
+        assert scores == sorted(scores, reverse=True)
+        for t in got["turns"]:
+            assert t["score"] == pytest.approx(t["faded"] + t["boost"], abs=1e-5)
+        # the query module ranks the same turns, each counted once more since the server served it
+        module = get_turns_by_score(conn, "bob", k=5)
+        assert [s.turn.id for s in module.turns] == [t["id"] for t in got["turns"]]
+        assert [s.turn.access_count for s in module.turns] == [t["access_count"] + 1 for t in got["turns"]]
+        assert client.get("/v1/turns/by-score", params={"session_id": "s-alice-0001"}).status_code == 403
+        assert client.get("/v1/turns/by-score", params={"k": 0}).status_code == 422
+    with api.client("alice") as client:
+        alice = client.get("/v1/turns/by-score").json()["turns"]
+        assert alice and not {t["id"] for t in alice} & {t["id"] for t in got["turns"]}
+    with api.client("admin") as client:
+        assert client.get("/v1/turns/by-score").json()["error"]["code"] == "invalid_request"
+        by_session = client.get("/v1/turns/by-score", params={"session_id": "s-bob-0006", "k": 2}).json()
+        assert by_session["user_id"] == "bob" and {t["session_id"] for t in by_session["turns"]} == {"s-bob-0006"}
+        wrong = client.get("/v1/turns/by-score", params={"session_id": "s-bob-0006", "user_id": "alice"})
+        assert wrong.json()["error"]["code"] == "not_found"
+
+
 def test_api_writes_record_lineage_with_the_key_and_request_time(api, query_module):
     conn, _ = query_module
     with api.client("bob") as client:
@@ -318,7 +345,7 @@ def test_openapi_docs_list_every_endpoint(api):
         assert client.get("/docs").status_code == 200
         paths = set(client.get("/openapi.json").json()["paths"])
     assert {"/v1/search", "/v1/facts", "/v1/facts/{key}", "/v1/context/{session_id}", "/v1/recall",
-            "/v1/knowledge/search", "/v1/graph", "/v1/decay-score", "/v1/distill", "/v1/sketches",
+            "/v1/knowledge/search", "/v1/graph", "/v1/decay-score", "/v1/turns/by-score", "/v1/distill", "/v1/sketches",
             "/v1/lineage/{kind}/{ident}", "/v1/summary", "/healthz"} <= paths
 
 

@@ -22,12 +22,12 @@ from pgvector.psycopg import register_vector
 from memory_pipelines import graph, lineage
 from memory_pipelines.embed import build_embedder, embed_config
 from memory_pipelines.session_context import context_for
-from memory_pipelines.search import UnifiedMemorySearch, format_served
+from memory_pipelines.search import UnifiedMemorySearch, format_served, get_turns_by_score
 from tests.helpers import ENTRY, free_port, start_server
 from tests.integration.test_api_http import create_keys, server_env
 
 TOOLS = {"memory_search", "memory", "context", "recall", "knowledge_search", "entity_graph_query", "decay_score",
-         "distill", "write_sketch", "lineage"}
+         "distill", "write_sketch", "lineage", "turns_by_score"}
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +106,8 @@ def test_stdio_lists_every_tool_and_each_answers_as_the_query_module(mcp_setup):
             out["graph_at"] = await session.call_tool("entity_graph_query", {
                 "entity": "ledger-api", "relation": "listens_on", "at": "2026-10-05T00:00:00Z"})
             out["decay"] = await session.call_tool("decay_score", {"limit": 5})
+            out["turns"] = await session.call_tool("turns_by_score", {"session_id": "s-bob-0006", "k": 3})
+            out["turns_other"] = await session.call_tool("turns_by_score", {"session_id": "s-alice-0001"})
             out["distill"] = await session.call_tool("distill", {"text": "I moved to Madrid in June.", "mode": "rules",
                                                                  "store": True})
             out["sketch"] = await session.call_tool("write_sketch", {"session_id": "s-bob-0005", "section": "todo",
@@ -146,6 +148,10 @@ def test_stdio_lists_every_tool_and_each_answers_as_the_query_module(mcp_setup):
             h.id for h in UnifiedMemorySearch(conn, embedder).search_knowledge("ledger port", "bob")]
         embedder.close()
         assert structured(out["graph"])["reachable"] == graph.reachable(conn, "bob", "ledger-api", hops=2)
+        turns = structured(out["turns"])["turns"]
+        assert [t["session_id"] for t in turns] == ["s-bob-0006"] * 3
+        assert [t["id"] for t in turns] == [t.turn.id for t in get_turns_by_score(conn, "bob", "s-bob-0006", 3).turns]
+        assert out["turns_other"].is_error and "forbidden" in out["turns_other"].content[0].text
         as_of = graph.relations(conn, "bob", "ledger-api", "listens_on", datetime(2026, 10, 5, tzinfo=UTC))
         assert [t["object"] for t in structured(out["graph_at"])["triples"]] == [t.object for t in as_of] == ["8080"]
         report = structured(out["lineage"])

@@ -211,3 +211,20 @@ def test_ui_serves_the_asset_graph_and_stops_on_sigterm(database_url, tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_turns_lists_a_users_turns_by_decay_score_and_names_what_to_fix(make_sample_database, monkeypatch):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", make_sample_database())
+    listed = cli("turns", "--user", "bob", "--session", "s-bob-0006", "--k", "3")
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.startswith("3 of 10 turn(s) of session s-bob-0006 by decay score, as of 2026-")
+    assert len(rows) == 3 and all("s-bob-0006#" in r for r in rows)
+    assert "cited by instruction" in rows[0] and "120s" in rows[0]  # the turn the instruction was distilled from
+    as_json = json.loads(cli("turns", "--user", "bob", "--k", "2", "--json").stdout)
+    assert len(as_json["turns"]) == 2 and as_json["turns"][0]["cited_by"]
+    for args, message in ((("--user", "nobody"), "nothing is stored for user 'nobody'"),
+                          (("--user", "alice", "--session", "s-bob-0006"), "belongs to another user"),
+                          (("--user", "bob", "--k", "0"), "--k must be between 1 and 100")):
+        failed = cli("turns", *args)
+        assert failed.returncode != 0 and message in failed.stderr and len(failed.stderr.strip().splitlines()) == 1
