@@ -7,12 +7,12 @@ from assets.distillation import conversation_segments, session_summaries
 from assets.lifecycle import error_memory, knowledge_entries, memory_decay
 from assets.memory import memory_chunks, memory_facts
 from assets.resources import resources_from_env
-from assets.search_assets import memory_embeddings, memory_turns, sketches
+from assets.search_assets import memory_embeddings, memory_tree, memory_turns, sketches
 from assets.transcripts import transcripts
 
 all_assets = [
     transcripts, conversation_segments, session_summaries, memory_facts, memory_chunks, sketches, knowledge_entries,
-    error_memory, memory_turns, memory_embeddings, memory_decay,
+    error_memory, memory_turns, memory_tree, memory_embeddings, memory_decay,
 ]
 
 distill_job = dg.define_asset_job(

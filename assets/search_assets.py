@@ -1,5 +1,5 @@
-"""Assets `sketches`, `memory_turns` and `memory_embeddings`: what the query module reads
-besides facts and chunks."""
+"""Assets `sketches`, `memory_turns`, `memory_tree` and `memory_embeddings`: what the query
+module reads besides facts and chunks."""
 
 from collections.abc import Iterator
 
@@ -10,7 +10,7 @@ from assets.materialization import stage_results, stage_window
 from assets.partitions import DAILY_ASSET
 from assets.resources import EmbedderResource, PostgresResource
 from memory_pipelines.db.connection import get_pool
-from memory_pipelines.stages import embeddings, sketches as sketch_stage, turns
+from memory_pipelines.stages import embeddings, sketches as sketch_stage, tree, turns
 from memory_pipelines.stages.common import Backends
 
 
@@ -49,6 +49,26 @@ def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> I
 )
 def memory_turns(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
     report = turns.run(get_pool(postgres.url()), stage_window(context))
+    yield from stage_results(context, postgres, report)
+
+
+@dg.asset(
+    **DAILY_ASSET,
+    deps=["memory_chunks"],
+    check_specs=quality_check_specs("memory_tree"),
+    group_name="memory",
+    kinds={"postgres"},
+    tags={"stage": "tree"},
+    description=(
+        "The temporal tree (navra, after MemForest): per session, a tree whose leaves are its chunks and whose "
+        "internal nodes condense at most 8 children each (one more level when a level outgrows that); per user, "
+        "a scene tree of their sessions by day, week within the month, and month. Each node has its time span, "
+        "seq spans and an extractive summary (keys and key sentences). Built again for the sessions whose "
+        "chunks the day wrote; unchanged nodes are left alone. `memory-pipelines tree show --user U`."
+    ),
+)
+def memory_tree(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
+    report = tree.run(get_pool(postgres.url()), stage_window(context))
     yield from stage_results(context, postgres, report)
 
 

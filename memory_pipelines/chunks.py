@@ -57,6 +57,7 @@ class Chunk:
     ended_at: datetime
     content: str
     message_count: int
+    breadcrumbs: tuple[str, ...] = ()  # set once stored (the stage adds them); the tree reads them
 
     @property
     def content_hash(self) -> str:

@@ -619,6 +619,61 @@ def cmd_turns(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_tree(title: str, nodes, depth: int | None) -> None:
+    from memory_pipelines.rules.text import clip
+
+    children: dict[str | None, list] = {}
+    for node in nodes:
+        children.setdefault(node.parent_key, []).append(node)
+    print(title)
+
+    def show(node, indent: int) -> None:
+        spans = ", ".join(f"{s.session_id}#{s.seq_start}-{s.seq_end}" for s in node.spans[:3])
+        more = f" +{len(node.spans) - 3} span(s)" if len(node.spans) > 3 else ""
+        print(f"{'  ' * indent}- {node.node_key}  {node.started_at:%Y-%m-%d %H:%M} .. {node.ended_at:%Y-%m-%d %H:%M}"
+              f"  {spans}{more}  keys: {', '.join(node.keys[:4]) or '-'}")
+        print(f"{'  ' * indent}  {clip(node.summary, 160)}")
+        if depth is None or indent + 1 < depth:
+            for child in sorted(children.get(node.node_key, []), key=lambda c: c.position):
+                show(child, indent + 1)
+
+    for top in sorted(children.get(None, []), key=lambda n: (n.started_at, n.position)):
+        show(top, 1)
+
+
+def cmd_tree_show(args: argparse.Namespace) -> int:
+    from memory_pipelines.db import repository
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.db.queries import query
+
+    if args.entity is not None:
+        raise CliError("entity trees are not built yet: show a session's tree (--session) or the user's scene tree")
+    if args.depth is not None and args.depth < 1:
+        raise UsageError(f"--depth must be at least 1, not {args.depth}")
+    with get_pool(_connect_url(_settings())).connection() as conn:
+        _require_user(conn, args.user)
+        if args.session is not None:
+            _require_session(conn, args.session, args.user)
+            sessions = [args.session]
+            scene = None
+        else:
+            sessions = [r[0] for r in conn.execute(query("user_session_trees"), {"user_id": args.user})]
+            scene = repository.tree_nodes(conn, args.user, "scene", args.user)
+        trees = {s: repository.tree_nodes(conn, args.user, "session", s) for s in sessions}
+    if not any(trees.values()) and not scene:
+        raise CliError(f"no tree of {args.session or args.user!r} yet: its chunks are grown into trees by "
+                       "`memory-pipelines run` (asset memory_tree) once a session has chunks")
+    if scene:
+        leaves = sum(n.level == 0 for n in scene)
+        _print_tree(f"scene tree of {args.user}: {leaves} session(s) by day, week and month", scene, args.depth)
+    for session_id, nodes in trees.items():
+        if nodes:
+            levels = max(n.level for n in nodes) + 1
+            _print_tree(f"session tree of {session_id}: {sum(n.level == 0 for n in nodes)} chunk(s), "
+                        f"{levels} level(s)", nodes, args.depth)
+    return 0
+
+
 def _derived_values() -> dict[str, object]:
     """What the settings that follow others resolve to: the model and embedder families."""
     from memory_pipelines.config import default_home
@@ -967,6 +1022,17 @@ def build_parser() -> argparse.ArgumentParser:
     turns.add_argument("--k", type=int, default=10, help="turns to list, 1-100 (default 10)")
     turns.add_argument("--json", action="store_true", help="every score's parts too")
     turns.set_defaults(func=cmd_turns)
+
+    tree = sub.add_parser("tree", help="the temporal tree: a user's scene tree and session trees")
+    tree_actions = tree.add_subparsers(dest="action", required=True)
+    show = tree_actions.add_parser("show", help="print a user's scene tree and session trees (or one session's "
+                                               "tree) with time spans, seq spans, keys and summaries")
+    show.add_argument("--user", required=True)
+    target = show.add_mutually_exclusive_group()
+    target.add_argument("--session", help="only this session's tree")
+    target.add_argument("--entity", help="an entity's tree (not built yet)")
+    show.add_argument("--depth", type=int, help="levels to print from the top (default: all)")
+    show.set_defaults(func=cmd_tree_show)
 
     config = sub.add_parser("config", help="the effective settings (secrets masked) and where each came from; "
                                            "exit 2 when one is invalid")

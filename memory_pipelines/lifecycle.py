@@ -34,6 +34,7 @@ FORGET_STATEMENTS = (
     ("forget_session_memory_state", "session_memory_state"),
     ("forget_memory_chunks", "memory_chunks"),
     ("forget_memory_turns", "memory_turns"),
+    ("forget_memory_tree", "memory_tree"),
     ("forget_memory_turn_stats", "memory_turn_stats"),
     ("forget_sketches", "sketches"),
     ("forget_recall_ledger", "recall_ledger"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from itertools import groupby
 
@@ -16,12 +16,14 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db.queries import query
+from memory_pipelines.chunks import Chunk
 from memory_pipelines.facts import FactCandidate, Rejection
 from memory_pipelines.knowledge import FUNCTIONAL_RELATIONS, EntryCandidate, RelationCandidate
 from memory_pipelines.llm.backends import ModelCall
 from memory_pipelines.records import Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow
 from memory_pipelines.segments import SessionJudgement
 from memory_pipelines.summaries import StoredVersion, SummaryState, SummaryVersion
+from memory_pipelines.tree import MODEL as TREE_MODEL, Span, TreeNode
 
 ARCHIVE_TABLES = ("messages", "sessions", "quarantine")
 
@@ -587,6 +589,58 @@ def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequ
     removed = conn.execute(query("delete_turns_except"), {
         "session_ids": list(session_ids), "kept_sessions": [r.session_id for r in rows],
         "kept_seqs": [r.seq for r in rows]}).rowcount
+    return written, removed
+
+
+def sessions_chunk_leaves(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, list[Chunk]]:
+    """Each session's stored chunks in seq order, with their breadcrumbs: its tree's leaves."""
+    leaves: dict[str, list[Chunk]] = {}
+    with conn.cursor(row_factory=kwargs_row(Chunk)) as cur:
+        for leaf in cur.execute(query("sessions_chunk_leaves"), {"session_ids": list(session_ids)}):
+            leaves.setdefault(leaf.session_id, []).append(replace(leaf, breadcrumbs=tuple(leaf.breadcrumbs)))
+    return leaves
+
+
+def _tree_node(row: dict) -> TreeNode:
+    return TreeNode(**{**row, "spans": tuple(Span(**s) for s in row["spans"]), "keys": tuple(row["keys"])})
+
+
+def users_session_roots(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[str, list[TreeNode]]:
+    """The roots of each user's session trees, by start."""
+    roots: dict[str, list[TreeNode]] = {}
+    with conn.cursor(row_factory=dict_row) as cur:
+        for row in cur.execute(query("users_session_roots"), {"user_ids": list(user_ids)}):
+            roots.setdefault(row["user_id"], []).append(_tree_node(row))
+    return roots
+
+
+def tree_nodes(conn: psycopg.Connection, user_id: str, tree_kind: str, tree_key: str) -> list[TreeNode]:
+    """One tree of the user, top nodes first."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return [_tree_node({**row, "user_id": user_id, "tree_kind": tree_kind, "tree_key": tree_key})
+                for row in cur.execute(query("tree_nodes"), {"user_id": user_id, "tree_kind": tree_kind,
+                                                             "tree_key": tree_key})]
+
+
+def store_tree(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str], nodes: Sequence[TreeNode],
+               run_id: str) -> tuple[int, int]:
+    """The trees' nodes as `nodes` say (unchanged ones untouched, the others' gone);
+    returns (written, removed)."""
+    stored = {(tree_key, node_key): digest for tree_key, node_key, digest in conn.execute(
+        query("tree_hashes"), {"tree_kind": tree_kind, "tree_keys": list(tree_keys)})}
+    changed = [n for n in nodes if stored.get((n.tree_key, n.node_key)) != n.content_hash]
+    written = 0
+    if changed:
+        with conn.cursor() as cur:
+            cur.executemany(query("upsert_tree_node"), [
+                {**{f: getattr(n, f) for f in ("user_id", "tree_kind", "tree_key", "node_key", "level", "parent_key",
+                                               "position", "started_at", "ended_at", "summary")},
+                 "spans": Jsonb([asdict(s) for s in n.spans]), "keys": list(n.keys), "content_hash": n.content_hash,
+                 "model": TREE_MODEL, "run_id": run_id} for n in changed])
+            written = cur.rowcount
+    removed = conn.execute(query("delete_tree_nodes_except"), {
+        "tree_kind": tree_kind, "tree_keys": list(tree_keys), "kept_trees": [n.tree_key for n in nodes],
+        "kept_nodes": [n.node_key for n in nodes]}).rowcount
     return written, removed
 
 

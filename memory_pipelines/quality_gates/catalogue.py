@@ -195,6 +195,14 @@ CHECKS: dict[str, tuple[QualityCheck, ...]] = {
             description="The indexed sessions' turns: a user, assistant or tool message of the archive, in a "
                         "known text search configuration, the session's user, one turn per position."),
     ),
+    "memory_tree": (
+        QualityCheck(
+            "tree_valid", "tree_check_rows", ("tree_kind", "tree_key", "node_key"),
+            (("true", "parent_above"), ("true", "spans_of_user"), ("true", "leaf_is_chunk")),
+            blocking=True,
+            description="The grown users' trees: every node under a parent one level up or at the top, its "
+                        "spans turns of its own user's sessions, a session tree's leaf the span of a chunk."),
+    ),
     "memory_embeddings": (
         QualityCheck(
             "embeddings_current", "embedding_check_rows", ("source_table", "id"),

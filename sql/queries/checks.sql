@@ -183,3 +183,20 @@ SELECT a.source_table, a.source_id, a.reason,
            ELSE false END AS out_of_source
 FROM memory_archive a
 WHERE a.partition_key = ANY(%(partition_keys)s);
+
+-- name: tree_check_rows
+-- The trees of the users a run grew: each node under a parent one level up (or a top
+-- node), its spans turns of its own user's sessions, a session tree's leaf a chunk's span.
+SELECT t.tree_kind, t.tree_key, t.node_key,
+       t.parent_key IS NULL OR coalesce(p.level = t.level + 1, false) AS parent_above,
+       jsonb_array_length(t.spans) > 0 AND NOT EXISTS (
+           SELECT 1 FROM jsonb_to_recordset(t.spans) AS sp(session_id text, seq_start bigint, seq_end bigint)
+           LEFT JOIN sessions s ON s.session_id = sp.session_id
+           WHERE s.user_id IS DISTINCT FROM t.user_id OR sp.seq_end < sp.seq_start) AS spans_of_user,
+       t.tree_kind <> 'session' OR t.level > 0 OR EXISTS (
+           SELECT 1 FROM memory_chunks c
+           WHERE c.session_id = t.tree_key AND c.start_seq = (t.spans -> 0 ->> 'seq_start')::bigint
+             AND c.end_seq = (t.spans -> 0 ->> 'seq_end')::bigint) AS leaf_is_chunk
+FROM memory_tree t
+LEFT JOIN memory_tree p ON p.tree_kind = t.tree_kind AND p.tree_key = t.tree_key AND p.node_key = t.parent_key
+WHERE t.user_id = ANY(%(user_ids)s);

@@ -139,6 +139,17 @@ CORRUPTIONS = [
     ("error_memory", "errors_valid",
      "UPDATE error_memory SET fix = '  ' WHERE id = (SELECT min(id) FROM error_memory) RETURNING id::text",
      "texts_present holds: 1 of"),
+    ("memory_tree", "tree_valid",  # a leaf lifted above its parent
+     "UPDATE memory_tree SET level = level + 5 WHERE (tree_kind, tree_key, node_key) = (SELECT tree_kind, tree_key, "
+     "node_key FROM memory_tree WHERE level = 0 AND parent_key IS NOT NULL ORDER BY 1, 2, 3 LIMIT 1) "
+     "RETURNING tree_kind || '/' || tree_key || '/' || node_key",
+     "parent_above holds: 1 of"),
+    ("memory_tree", "tree_valid",  # a scene node spanning another user's session
+     "UPDATE memory_tree t SET spans = jsonb_build_array(jsonb_build_object('session_id', (SELECT min(s.session_id) "
+     "FROM sessions s WHERE s.user_id <> t.user_id), 'seq_start', 1, 'seq_end', 1)) WHERE (tree_kind, tree_key, "
+     "node_key) = (SELECT tree_kind, tree_key, node_key FROM memory_tree WHERE tree_kind = 'scene' ORDER BY 2, 3 "
+     "LIMIT 1) RETURNING tree_kind || '/' || tree_key || '/' || node_key",
+     "spans_of_user holds: 1 of"),
     ("memory_embeddings", "embeddings_current",  # another model's vector (outside the current model's index)
      "UPDATE memory_chunks SET embedding = '[1,2,3]', embedding_model = 'hashing:hashing-v0:3' "
      "WHERE id = (SELECT min(id) FROM memory_chunks) RETURNING 'memory_chunks/' || id",

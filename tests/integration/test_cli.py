@@ -228,3 +228,21 @@ def test_turns_lists_a_users_turns_by_decay_score_and_names_what_to_fix(make_sam
                           (("--user", "bob", "--k", "0"), "--k must be between 1 and 100")):
         failed = cli("turns", *args)
         assert failed.returncode != 0 and message in failed.stderr and len(failed.stderr.strip().splitlines()) == 1
+
+
+def test_tree_show_prints_bobs_scene_and_session_trees_and_names_what_to_fix(make_sample_database, monkeypatch):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", make_sample_database())
+    shown = cli("tree", "show", "--user", "bob")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("scene tree of bob: ") and "- month:2026-10" in lines[1]
+    assert any("- day:2026-10-09" in line for line in lines) and any("- session:s-bob-0005" in line for line in lines)
+    assert any(line.startswith("session tree of s-bob-0005: ") for line in lines)
+    assert "alice" not in shown.stdout
+    one = cli("tree", "show", "--user", "bob", "--session", "s-bob-0005", "--depth", "1").stdout.splitlines()
+    assert one[0].startswith("session tree of s-bob-0005") and len(one) == 3  # the title, the root and its summary
+    for args, message in ((("--user", "bob", "--entity", "ledger-api"), "entity trees are not built yet"),
+                          (("--user", "alice", "--session", "s-bob-0005"), "belongs to another user"),
+                          (("--user", "bob", "--depth", "0"), "--depth must be at least 1")):
+        failed = cli("tree", "show", *args)
+        assert failed.returncode != 0 and message in failed.stderr and len(failed.stderr.strip().splitlines()) == 1

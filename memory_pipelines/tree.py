@@ -1,0 +1,188 @@
+"""The temporal tree (navra's, after MemForest): coarse-to-fine views of a user's history in
+one table, `memory_tree`, as pure functions from chunks and sessions to nodes.
+
+- A **session tree**'s leaves are the session's chunks (consecutive turn spans) in order;
+  internal nodes condense up to `max_children` children. Node `L.i` is the i-th node of
+  level L and holds nodes `L-1.(i*m)` .. `L-1.(i*m+m-1)`, so a session that gains chunks
+  changes only the nodes on the new leaves' path, and a level that holds more than
+  `max_children` nodes grows the tree a level: depth stays logarithmic.
+- A **scene tree** per user groups the roots of their session trees by time: day, the part
+  of an ISO week within a month, month (the top).
+
+Summaries here are the `rules` back end's: extractive, the sentences holding most of a
+node's keys, and the keys most of its children hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from memory_pipelines.chunks import Chunk
+from memory_pipelines.rules.text import clip
+
+MAX_CHILDREN = 8
+NODE_KEYS = 8  # keys a node keeps
+SUMMARY_CHARS = 400
+SENTENCE_CHARS = 200
+LEAF_SENTENCES = 2
+MODEL = "rules"
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# a chunk's lines (memory_pipelines.chunks): a message starts with its role's prefix and runs
+# to the next one; a message's tool call is a line of its own
+_MESSAGE_START = re.compile(r"^(User|Assistant|Tool result \([^)]*\)): ?")
+_TOOL_CALL = "[Tool call]"
+
+
+@dataclass(frozen=True)
+class Span:
+    session_id: str
+    seq_start: int
+    seq_end: int
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    user_id: str
+    tree_kind: str  # session | scene
+    tree_key: str  # the session's id, the user's id
+    node_key: str
+    level: int  # 0: a leaf
+    parent_key: str | None  # None: a top node
+    position: int  # among its parent's children (among the top nodes for a top node)
+    started_at: datetime
+    ended_at: datetime
+    spans: tuple[Span, ...]
+    keys: tuple[str, ...]
+    summary: str
+
+    @property
+    def content_hash(self) -> str:
+        """Of everything the row holds: an unchanged node is not written again."""
+        parts = [self.tree_kind, self.tree_key, self.node_key, self.level, self.parent_key, self.position,
+                 self.started_at.isoformat(), self.ended_at.isoformat(),
+                 [[s.session_id, s.seq_start, s.seq_end] for s in self.spans], list(self.keys), self.summary]
+        return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a chunk's user and assistant messages (its role prefixes kept off),
+    tool calls and tool results left out; text without prefixes is read whole."""
+    prose, speaking = [], True
+    for line in text.splitlines():
+        start = _MESSAGE_START.match(line)
+        if start is not None:
+            speaking = not start.group(1).startswith("Tool result")
+            line = line[start.end():]
+        if speaking and not line.lstrip().startswith(_TOOL_CALL):
+            prose.append(line)
+    return [piece.strip() for piece in _SENTENCE_END.split("\n".join(prose)) if piece.strip()]
+
+
+def key_sentences(text: str, keys: Sequence[str], limit: int) -> list[str]:
+    """The `limit` sentences holding most of the keys (the earliest on ties), in text order."""
+    found = sentences(text)
+    folded = [k.casefold() for k in keys]
+    hits = [sum(k in s.casefold() for k in folded) for s in found]
+    best = sorted(range(len(found)), key=lambda i: (-hits[i], i))[:limit]
+    return [clip(found[i], SENTENCE_CHARS) for i in sorted(best)]
+
+
+def _common_keys(children: Sequence[TreeNode]) -> tuple[str, ...]:
+    """The keys most children hold, the first seen first on ties."""
+    counts: Counter = Counter()
+    first: dict[str, int] = {}
+    for child in children:
+        for key in child.keys:
+            counts[key] += 1
+            first.setdefault(key, len(first))
+    return tuple(sorted(counts, key=lambda k: (-counts[k], first[k]))[:NODE_KEYS])
+
+
+def _condensed(children: Sequence[TreeNode]) -> str:
+    """Each child's first sentence, in order, within the summary's length."""
+    return clip(" … ".join(sentences(c.summary)[0] for c in children if sentences(c.summary)), SUMMARY_CHARS)
+
+
+def _merged_spans(children: Sequence[TreeNode]) -> tuple[Span, ...]:
+    """The children's spans, adjacent spans of a session joined."""
+    merged: list[Span] = []
+    for span in sorted((s for c in children for s in c.spans), key=lambda s: (s.session_id, s.seq_start)):
+        last = merged[-1] if merged else None
+        if last is not None and last.session_id == span.session_id and span.seq_start <= last.seq_end + 1:
+            merged[-1] = Span(last.session_id, last.seq_start, max(last.seq_end, span.seq_end))
+        else:
+            merged.append(span)
+    return tuple(merged)
+
+
+def _parent(children: Sequence[TreeNode], *, tree_kind: str, tree_key: str, node_key: str, level: int,
+            position: int) -> TreeNode:
+    return TreeNode(children[0].user_id, tree_kind, tree_key, node_key, level, None, position,
+                    min(c.started_at for c in children), max(c.ended_at for c in children),
+                    _merged_spans(children), _common_keys(children), _condensed(children))
+
+
+def _attach(children: Sequence[TreeNode], parent_key: str) -> list[TreeNode]:
+    return [TreeNode(**{**c.__dict__, "parent_key": parent_key, "position": i}) for i, c in enumerate(children)]
+
+
+def build_session_tree(chunks: Sequence[Chunk], max_children: int = MAX_CHILDREN) -> list[TreeNode]:
+    """A session's tree over its chunks (in seq order): leaves, then levels of at most
+    `max_children` children each up to one root. A session with one chunk is its leaf."""
+    if max_children < 2:
+        raise ValueError(f"max_children must be at least 2, not {max_children}")
+    if not chunks:
+        return []
+    ordered = sorted(chunks, key=lambda c: c.start_seq)
+    session_id = ordered[0].session_id
+    level_nodes = [TreeNode(c.user_id, "session", session_id, f"0.{i}", 0, None, i, c.started_at, c.ended_at,
+                            (Span(session_id, c.start_seq, c.end_seq),), c.breadcrumbs[:NODE_KEYS],
+                            " ".join(key_sentences(c.content, c.breadcrumbs, LEAF_SENTENCES)))
+                   for i, c in enumerate(ordered)]
+    nodes: list[TreeNode] = []
+    level = 0
+    while len(level_nodes) > 1:
+        groups = [level_nodes[i:i + max_children] for i in range(0, len(level_nodes), max_children)]
+        parents = [_parent(g, tree_kind="session", tree_key=session_id, node_key=f"{level + 1}.{i}",
+                           level=level + 1, position=i) for i, g in enumerate(groups)]
+        for group, parent in zip(groups, parents, strict=True):
+            nodes += _attach(group, parent.node_key)
+        level_nodes, level = parents, level + 1
+    return nodes + level_nodes
+
+
+def _week_key(moment: datetime) -> str:
+    """The part of the moment's ISO week within its month."""
+    year, week, _ = moment.isocalendar()
+    return f"week:{moment:%Y-%m}:{year}-W{week:02d}"
+
+
+def build_scene_tree(user_id: str, session_roots: Sequence[TreeNode]) -> list[TreeNode]:
+    """A user's scene tree: the roots of their session trees as leaves (copied with the
+    scene's keys), grouped by the day each session started, then by week within a month,
+    then by month (the top nodes, in time order)."""
+    if not session_roots:
+        return []
+    leaves = sorted((TreeNode(user_id, "scene", user_id, f"session:{r.tree_key}", 0, None, 0, r.started_at,
+                              r.ended_at, r.spans, r.keys, r.summary) for r in session_roots),
+                    key=lambda n: (n.started_at, n.node_key))
+    nodes: list[TreeNode] = []
+    level_nodes = leaves
+    for level, group_key in enumerate((lambda n: f"day:{n.started_at:%Y-%m-%d}",
+                                       lambda n: _week_key(n.started_at),
+                                       lambda n: f"month:{n.started_at:%Y-%m}"), start=1):
+        groups: dict[str, list[TreeNode]] = {}
+        for node in level_nodes:
+            groups.setdefault(group_key(node), []).append(node)
+        parents = [_parent(g, tree_kind="scene", tree_key=user_id, node_key=key, level=level, position=i)
+                   for i, (key, g) in enumerate(groups.items())]
+        for (_, group), parent in zip(groups.items(), parents, strict=True):
+            nodes += _attach(group, parent.node_key)
+        level_nodes = parents
+    return nodes + level_nodes

@@ -1,0 +1,111 @@
+"""The `memory_tree` asset on the distilled sample: leaves cover every chunked turn exactly
+once, scene trees hold every chunked session, a re-run writes nothing, a new chunk rewrites
+only the nodes on its path, forget takes a session's tree and its user's scene tree."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import dagster as dg
+import psycopg
+import pytest
+
+from assets.search_assets import memory_tree
+from memory_pipelines.config import SAMPLE_TRANSCRIPTS
+from memory_pipelines.db import repository
+from memory_pipelines.lifecycle import forget
+from tests.helpers import QUIET, SAMPLE_DAYS, pipeline_resources
+
+
+def _tree_rows(conn) -> dict[tuple, tuple]:
+    return {(kind, tree, node): (digest, run_id) for kind, tree, node, digest, run_id in conn.execute(
+        "SELECT tree_kind, tree_key, node_key, content_hash, run_id FROM memory_tree")}
+
+
+def _grow(url: str, day: str) -> dg.ExecuteInProcessResult:
+    result = dg.materialize([memory_tree], partition_key=day, resources=pipeline_resources(url, SAMPLE_TRANSCRIPTS),
+                            instance=dg.DagsterInstance.ephemeral(), run_config=QUIET)
+    assert result.success
+    return result
+
+
+@pytest.fixture
+def sample_url(make_sample_database):
+    return make_sample_database()
+
+
+def test_leaves_cover_every_chunked_turn_once_and_scene_trees_every_chunked_session(sample_url):
+    with psycopg.connect(sample_url) as conn:
+        chunked = conn.execute("SELECT user_id, session_id, start_seq, end_seq FROM memory_chunks").fetchall()
+        assert len(chunked) > 40
+        users = sorted({u for u, *_ in chunked})
+        for user_id in users:
+            sessions = sorted({s for u, s, *_ in chunked if u == user_id})
+            for session_id in sessions:
+                nodes = repository.tree_nodes(conn, user_id, "session", session_id)
+                covered = [(s.session_id, seq) for n in nodes if n.level == 0 for s in n.spans
+                           for seq in range(s.seq_start, s.seq_end + 1)]
+                expected = [(session_id, seq) for u, s, a, b in chunked if s == session_id for seq in range(a, b + 1)]
+                assert sorted(covered) == sorted(expected) and len(set(covered)) == len(covered)
+                assert sum(n.parent_key is None for n in nodes) == 1
+            scene = repository.tree_nodes(conn, user_id, "scene", user_id)
+            assert sorted(n.node_key for n in scene if n.level == 0) == [f"session:{s}" for s in sessions]
+            assert {n.node_key.split(":")[0] for n in scene if n.parent_key is None} == {"month"}
+        assert not {s for _, s, *_ in chunked if _ == "alice"} & {
+            s.session_id for n in repository.tree_nodes(conn, "bob", "scene", "bob") for s in n.spans}
+        deepest = conn.execute("SELECT max(level) FROM memory_tree WHERE tree_kind = 'session'").fetchone()[0]
+        assert deepest >= 1
+
+
+def test_a_rerun_writes_nothing_and_a_new_chunk_rewrites_only_its_path(sample_url):
+    with psycopg.connect(sample_url) as conn:
+        before = _tree_rows(conn)
+    _grow(sample_url, SAMPLE_DAYS[-1])
+    with psycopg.connect(sample_url) as conn:
+        assert _tree_rows(conn) == before  # idempotent: not even the run id moves
+        session_id, user_id, end, ended = conn.execute(
+            "SELECT session_id, user_id, max(end_seq), max(ended_at) FROM memory_chunks WHERE user_id = 'bob' "
+            "GROUP BY 1, 2 ORDER BY count(*) DESC, 1 LIMIT 1").fetchone()
+        day = (ended + timedelta(days=1)).date().isoformat()
+        conn.execute(
+            "INSERT INTO memory_chunks (user_id, session_id, start_seq, end_seq, started_at, ended_at, content, "
+            "content_hash, breadcrumbs, message_count, partition_key, run_id, model, prompt_version) "
+            "VALUES (%s, %s, %s, %s, %s, %s, 'User: one more thing about the ledger port.', 'h-new', "
+            "ARRAY['ledger'], 1, %s, 'test', 'rules', 'v1')",
+            (user_id, session_id, end + 1, end + 1, ended + timedelta(minutes=1), ended + timedelta(minutes=2), day))
+        conn.commit()
+    result = _grow(sample_url, day)
+    with psycopg.connect(sample_url) as conn:
+        after = _tree_rows(conn)
+        nodes = {(n.tree_kind, n.tree_key, n.node_key): n for kind, key in (("session", session_id), ("scene", user_id))
+                 for n in repository.tree_nodes(conn, user_id, kind, key)}
+    changed = {k for k, (digest, _) in after.items() if before.get(k, (None,))[0] != digest}
+    new_leaf = max((k for k in nodes if k[0] == "session" and nodes[k].level == 0), key=lambda k: nodes[k].position)
+    path = set()
+    for start in (new_leaf, ("scene", user_id, f"session:{session_id}")):
+        key = start
+        while key is not None:
+            path.add(key)
+            parent = nodes[key].parent_key
+            key = None if parent is None else (key[0], key[1], parent)
+    assert changed and changed <= path and ("session", session_id, new_leaf[2]) in changed
+    assert {k for k in before if k not in after} <= path  # a root replaced by the grown one, at most
+    assert all(after[k][1] == before[k][1] for k in after if k in before and k not in changed)
+    assert result.asset_materializations_for_node("memory_tree")[0].metadata["nodes_written"].value == len(changed)
+
+
+def test_forget_takes_a_sessions_tree_and_its_users_scene_tree_the_next_run_builds_the_scene_again(sample_url):
+    with psycopg.connect(sample_url) as conn:
+        [session_id] = conn.execute("SELECT session_id FROM memory_chunks WHERE user_id = 'bob' ORDER BY session_id "
+                                    "LIMIT 1").fetchone()
+        alice_before = [n.content_hash for n in repository.tree_nodes(conn, "alice", "scene", "alice")]
+        report = forget(conn, "bob", session_id=session_id)
+        conn.commit()
+        assert report["memory_tree"] > 0
+        assert repository.tree_nodes(conn, "bob", "session", session_id) == []
+        assert repository.tree_nodes(conn, "bob", "scene", "bob") == []
+        assert [n.content_hash for n in repository.tree_nodes(conn, "alice", "scene", "alice")] == alice_before
+    _grow(sample_url, SAMPLE_DAYS[-1])
+    with psycopg.connect(sample_url) as conn:
+        scene = repository.tree_nodes(conn, "bob", "scene", "bob")
+        assert scene and f"session:{session_id}" not in {n.node_key for n in scene}

@@ -1,0 +1,87 @@
+"""The temporal tree as pure functions: levels grow past max_children, an appended chunk
+changes only the nodes on its path, leaves cover each chunk once, scene trees by day, week
+within the month and month, extractive summaries without tool lines."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from memory_pipelines.chunks import Chunk
+from memory_pipelines.tree import Span, build_scene_tree, build_session_tree, sentences
+
+T0 = datetime(2026, 9, 28, 9, tzinfo=UTC)
+
+
+def chunks(n: int, session: str = "s1") -> list[Chunk]:
+    return [Chunk(session, "u1", 10 * i + 1, 10 * i + 10, T0 + timedelta(minutes=10 * i),
+                      T0 + timedelta(minutes=10 * i + 9), f"User: we talk about topic{i} today.\nAssistant: noted.",
+                      2, (f"topic{i}", "shared"))
+            for i in range(n)]
+
+
+def by_key(nodes):
+    return {n.node_key: n for n in nodes}
+
+
+def test_eight_chunks_make_one_level_the_ninth_grows_the_tree_a_level():
+    eight = by_key(build_session_tree(chunks(8)))
+    assert [k for k, n in eight.items() if n.parent_key is None] == ["1.0"]
+    assert sorted(n.parent_key for n in eight.values() if n.level == 0) == ["1.0"] * 8
+    nine = by_key(build_session_tree(chunks(9)))
+    assert [k for k, n in nine.items() if n.parent_key is None] == ["2.0"]
+    assert (nine["1.0"].parent_key, nine["1.1"].parent_key, nine["0.8"].parent_key) == ("2.0", "2.0", "1.1")
+    assert max(n.level for n in build_session_tree(chunks(65))) == 3  # 8^2 < 65 leaves: depth stays logarithmic
+    assert [n.node_key for n in build_session_tree(chunks(1))] == ["0.0"]
+    assert build_session_tree([]) == []
+    with pytest.raises(ValueError, match="max_children must be at least 2"):
+        build_session_tree(chunks(3), max_children=1)
+
+
+def test_an_appended_chunk_changes_only_the_nodes_on_its_path():
+    before = by_key(build_session_tree(chunks(20), max_children=4))
+    after = by_key(build_session_tree(chunks(21), max_children=4))
+    changed = {k for k, n in after.items() if k not in before or before[k].content_hash != n.content_hash}
+    path, key = [], "0.20"
+    while key is not None:
+        path.append(key)
+        key = after[key].parent_key
+    assert changed == set(path) == {"0.20", "1.5", "2.1", "3.0"}  # the leaf, its parent, grandparent, the new root
+    assert set(before) <= set(after)  # nothing removed
+
+
+def test_leaves_cover_each_chunk_once_and_a_parent_spans_its_children():
+    nodes = build_session_tree(chunks(11), max_children=3)
+    leaves = [n for n in nodes if n.level == 0]
+    assert [(s.seq_start, s.seq_end) for n in leaves for s in n.spans] == [(c.start_seq, c.end_seq) for c in chunks(11)]
+    [root] = [n for n in nodes if n.parent_key is None]
+    assert root.spans == (Span("s1", 1, 110),) and root.keys[0] == "shared"
+    assert (root.started_at, root.ended_at) == (chunks(11)[0].started_at, chunks(11)[-1].ended_at)
+
+
+def test_scene_tree_groups_sessions_by_day_week_within_the_month_and_month():
+    # 2026-09-29 (Tue) and 2026-10-01 (Thu) share ISO week 40 but not a month
+    roots = []
+    for session, start in (("a", T0 + timedelta(days=1)), ("b", T0 + timedelta(days=1, hours=3)),
+                           ("c", T0 + timedelta(days=3)), ("d", T0 + timedelta(days=10))):
+        [root] = [n for n in build_session_tree([Chunk(session, "u1", 1, 4, start, start + timedelta(minutes=5),
+                                                           f"User: about {session}.", 1, (session,))])]
+        roots.append(root)
+    scene = by_key(build_scene_tree("u1", roots))
+    assert [k for k, n in scene.items() if n.parent_key is None] == ["month:2026-09", "month:2026-10"]
+    assert scene["session:a"].parent_key == scene["session:b"].parent_key == "day:2026-09-29"
+    assert scene["day:2026-09-29"].parent_key == "week:2026-09:2026-W40"
+    assert scene["day:2026-10-01"].parent_key == "week:2026-10:2026-W40"
+    assert scene["day:2026-10-08"].parent_key == "week:2026-10:2026-W41"
+    assert {n.level for n in scene.values()} == {0, 1, 2, 3}
+    assert scene["month:2026-10"].spans == (Span("c", 1, 4), Span("d", 1, 4))
+    assert build_scene_tree("u1", []) == []
+
+
+def test_summaries_are_the_sentences_of_what_was_said_never_tool_lines():
+    text = ("User: switch ledger-api to port 9090. It clashes.\nAssistant: Switching now.\n"
+            "[Tool call] shell({\"cmd\": \"sed -i s/8080/9090/\"})\nTool result (shell): port: 9090\nmore output\n"
+            "Assistant: Done, ledger-api listens on 9090.")
+    assert sentences(text) == ["switch ledger-api to port 9090.", "It clashes.", "Switching now.",
+                               "Done, ledger-api listens on 9090."]
+    [leaf] = build_session_tree([Chunk("s", "u", 1, 5, T0, T0, text, 4, ("9090", "ledger-api"))])
+    assert leaf.summary == "switch ledger-api to port 9090. Done, ledger-api listens on 9090."
