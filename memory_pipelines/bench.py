@@ -270,7 +270,8 @@ TURN_ROWS = {
     "bm25, single turns": TurnSearch(signal="text", neighbour_weight=0.0, before=0, after=0),
 }
 UNIFIED = "unified (the agent's tool)"
-EVIDENCE_ROWS = (*TURN_ROWS, UNIFIED, "chunks, hybrid (before)", "archive full text (before)")
+FOREST = "forest recall (tree descent)"
+EVIDENCE_ROWS = (*TURN_ROWS, UNIFIED, FOREST, "chunks, hybrid (before)", "archive full text (before)")
 # `--variants`: the settings the defaults were chosen against, each with the time the question
 # names ranked first (`prefer`) or kept to (`keep`), as unified search can do
 VARIANT_ROWS = {
@@ -330,6 +331,10 @@ def recall_within(reads: Sequence[Read], evidence: set, budget: int) -> float:
 def _evidence_hits(search: UnifiedMemorySearch, row: str, q: Question, budget: int | None = None) -> list[MemoryHit]:
     """What the row serves for the question; with a budget, the passage rows and unified
     search fill it as they serve it (the rows before passages are read in order instead)."""
+    if row == FOREST:
+        hits = search.search_forest(q.question, q.user_id, limit=EVIDENCE_K)
+        return hits if budget is None else \
+            [passage_hit(p) for p in fill_passages([h.as_passage() for h in hits], Budget(budget))]
     if row in TURN_ROWS or row in VARIANT_ROWS:
         how, timing = VARIANT_ROWS.get(row, (TURN_ROWS.get(row), "none"))
         named = search.named_time(q.question, q.user_id, None) if timing != "none" else None

@@ -265,6 +265,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     if args.user is None and not args.admin:
         raise UsageError("--user is required (searching every user needs --admin)")
+    if args.mode == "forest" and args.user is None:
+        raise UsageError("--mode forest descends one user's trees: name --user")
     pool = get_pool(_connect_url(_settings()))
     with pool.connection() as conn:
         if args.user is not None:
@@ -278,7 +280,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             served = search.serve(args.query, scope=args.scope, k=args.k, user_id=args.user,
                                   session_id=args.session, current_session_id=args.session,
                                   budget_chars=args.budget or None, budget_tokens=args.budget_tokens,
-                                  now=_parse_moment(args.now, "--now"))
+                                  now=_parse_moment(args.now, "--now"), mode=args.mode)
     finally:
         embedder.close()
     for warning in search.warnings:
@@ -895,6 +897,9 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--budget-tokens", type=int, help="the budget in tokens instead (estimated, 4 characters each)")
     search.add_argument("--now", help="what times in the query count from (default: the user's newest turn)")
     search.add_argument("--session", help="narrow raw excerpts to one session (and rank its notes first)")
+    search.add_argument("--mode", default="flat", choices=("flat", "forest"),
+                        help="how passages are found: the flat turn index (default) or forest recall down the "
+                             "temporal tree (each passage with its path of node summaries)")
     search.add_argument("--admin", action="store_true", help="search every user")
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search)

@@ -19,6 +19,7 @@ from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 
 from memory_pipelines.config import DecaySettings
+from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder, EmbeddingError
 from memory_pipelines.knowledge import DECAY_FORMULA, Triple, superseded_by
@@ -28,8 +29,9 @@ from memory_pipelines.passages import (
     AFTER, BEFORE, Budget, Passage, Turn, TurnSearch, fill_passages, search_passages,
 )
 from memory_pipelines.timeexpr import TimeRange, time_range
+from memory_pipelines.tree import FOREST_BEAM, descend
 from memory_pipelines.turns import Citation, ScoredTurn, TurnCandidate, score_turns
-from memory_pipelines.rules.text import ALL_STOPWORDS, content_words
+from memory_pipelines.rules.text import ALL_STOPWORDS, clip, content_words
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,10 @@ MAX_TERMS = 16
 # Chunk full-text candidates kept per hit wanted: ranked in SQL before any content is read.
 TEXT_CANDIDATES_PER_HIT = 2
 SCOPES = SEARCH_SCOPES
+# how passages are found: the flat turn index, or forest recall down the temporal tree
+SEARCH_MODES = ("flat", "forest")
+# the turn index's passages forest recall scores the nodes by and serves from
+FOREST_CANDIDATES = 40
 _TERM = re.compile(r"\w+", re.UNICODE)
 
 
@@ -91,6 +97,8 @@ class MemoryHit:
     roles: tuple[str, ...] = ()
     best_seq: int | None = None
     terms: tuple[str, ...] = ()
+    # forest recall: the tree nodes descended to the passage's chunk, top first ("node: summary")
+    path: tuple[str, ...] = ()
 
     def as_passage(self) -> Passage:
         return Passage(self.user_id or "", self.session_id or "", self.turns, self.best_seq, self.score,
@@ -338,6 +346,33 @@ class MemorySearch:
                                    how=how, session_id=session_id, since=since, until=until, prefer=prefer)
         return [passage_hit(p) for p in passages]
 
+    def search_forest(self, text: str, user_id: str, limit: int = 5, how: TurnSearch = TurnSearch(),
+                      beam: int = FOREST_BEAM) -> list[MemoryHit]:
+        """Forest recall (memory_pipelines.tree.descend): the query matched against the
+        user's scene tree top down (a node by the best of the turn index's hits among its
+        turns and the query words its summary holds), the best children kept level by level
+        into session trees down to chunk leaves; the passages served are those hits inside
+        the leaves reached (best leaf first), each with its path of node summaries."""
+        if user_id is None:
+            raise AccessDenied("forest recall descends one user's trees: name the user")
+        text = text[:MAX_QUERY_CHARS].replace("\x00", " ")
+        candidates = self.search_passages(text, user_id, limit=FOREST_CANDIDATES, how=how)
+        top = max((h.score for h in candidates), default=0.0) or 1.0
+        by_session: dict[str, list[tuple[int, float]]] = {}
+        for hit in candidates:
+            by_session.setdefault(hit.session_id, []).append((hit.best_seq, hit.score / top))
+        paths = descend(repository.user_tree_nodes(self.conn, user_id), set(query_terms(text)), beam, by_session)
+        hits, taken = [], set()
+        for path in paths:
+            [span] = path[-1].spans
+            provenance = tuple(f"{n.node_key}: {clip(n.summary, 100)}" for n in path)
+            for i, hit in enumerate(candidates):
+                if i not in taken and hit.session_id == span.session_id and \
+                        span.seq_start <= (hit.best_seq or -1) <= span.seq_end:
+                    taken.add(i)
+                    hits.append(replace(hit, path=provenance))
+        return hits[:limit]
+
     def matching_window(self, hit: MemoryHit, text: str) -> MemoryHit:
         """A chunk hit as the window of its turns that matches: the turn sharing the most
         query terms (the first of equals), 2 before and 1 after, never the chunk's first
@@ -480,7 +515,7 @@ class UnifiedMemorySearch(MemorySearch):
     def serve(self, text: str, scope: str = "all", k: int = 5, user_id: str | None = None,
               session_id: str | None = None, current_session_id: str | None = None,
               summary_at: datetime | None = None, *, budget_chars: int | None = DEFAULT_BUDGET_CHARS,
-              budget_tokens: int | None = None, now: datetime | None = None) -> ServedMemory:
+              budget_tokens: int | None = None, now: datetime | None = None, mode: str = "flat") -> ServedMemory:
         """Every store in tiers, within a budget: facts, then passages, then sketches, then
         knowledge entries take from it in that order (`k` caps each store) until it is
         spent; a passage that does not fit whole is trimmed around its best turn
@@ -489,9 +524,12 @@ class UnifiedMemorySearch(MemorySearch):
         of a time the question names ("in May", "last week", relative to `now`, default the
         user's newest turn) rank higher (`passages.TIME_BOOST`); passages of other times
         still come after them (keeping only that time measured worse: the answer to "where
-        did I live in March" may lie in June)."""
+        did I live in March" may lie in June). `mode="forest"` finds the passages by forest
+        recall (`search_forest`) instead."""
         if scope not in SCOPES:
             raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
+        if mode not in SEARCH_MODES:
+            raise ValueError(f"unknown mode {mode!r}: use one of {', '.join(SEARCH_MODES)}")
         k = max(1, min(20, int(k)))
         budget = Budget(budget_tokens, "tokens") if budget_tokens is not None else Budget(budget_chars)
         plans: dict[str, Plan] = {}  # in tier order; every store's statements in one round trip
@@ -505,8 +543,12 @@ class UnifiedMemorySearch(MemorySearch):
         named = None
         if scope in ("all", "raw"):
             named = self.named_time(text, user_id, now)
-            raw = self.search_passages(text, user_id, session_id, k,
-                                       prefer=(named.since, named.until) if named else None)
+            if mode == "forest":
+                raw = [h for h in self.search_forest(text, user_id, k if session_id is None else 20)
+                       if session_id is None or h.session_id == session_id][:k]
+            else:
+                raw = self.search_passages(text, user_id, session_id, k,
+                                           prefer=(named.since, named.until) if named else None)
             found["raw"] = self.mark_freshness(raw, user_id, current_session_id, summary_at)
         served, left_out = [], 0
         for tier in ("facts", "raw", "sketches", "knowledge"):
@@ -607,6 +649,8 @@ def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars:
             why += [f"similarity {hit.similarity:.2f}"] if hit.similarity is not None else []
             if why:
                 lines.append(f"   {' · '.join(why)}")
+            if hit.path:  # forest recall: the nodes descended to it
+                lines.append(f"   via {' › '.join(step.split(': ', 1)[0] for step in hit.path)}")
             if hit.superseded_by:
                 lines.append(f"   ⚠ outdated: a newer curated fact overrides this ({hit.superseded_by})")
             lines.extend(f"   {line}" for line in hit.text.splitlines())

@@ -11,6 +11,10 @@ one table, `memory_tree`, as pure functions from chunks and sessions to nodes.
 
 Summaries here are the `rules` back end's: extractive, the sentences holding most of a
 node's keys, and the keys most of its children hold.
+
+**Forest recall** (`descend`) reads the trees top down: the query's words against the scene
+tree's months, then the best children level by level (a scene leaf goes on into its session
+tree) down to chunk leaves, whose passages search serves with the path as provenance.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from memory_pipelines.chunks import Chunk
-from memory_pipelines.rules.text import clip
+from memory_pipelines.rules.text import clip, content_words
 
 MAX_CHILDREN = 8
 NODE_KEYS = 8  # keys a node keeps
@@ -32,6 +36,7 @@ SUMMARY_CHARS = 400
 SENTENCE_CHARS = 200
 LEAF_SENTENCES = 2
 MODEL = "rules"
+FOREST_BEAM = 6  # nodes kept at each depth of a descent
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 # a chunk's lines (memory_pipelines.chunks): a message starts with its role's prefix and runs
 # to the next one; a message's tool call is a line of its own
@@ -186,3 +191,57 @@ def build_scene_tree(user_id: str, session_roots: Sequence[TreeNode]) -> list[Tr
             nodes += _attach(group, parent.node_key)
         level_nodes = parents
     return nodes + level_nodes
+
+
+def node_score(node: TreeNode, words: set[str], hits: Mapping[str, Sequence[tuple[int, float]]]) -> float:
+    """How well a node matches the query: the best search hit among the turns it covers
+    (`hits`: per session, (seq, score 0-1)), plus a tenth for each query word its summary
+    and keys hold (a summary is a few sentences: alone it misses most of what its turns say)."""
+    inside = [score for span in node.spans for seq, score in hits.get(span.session_id, ())
+              if span.seq_start <= seq <= span.seq_end]
+    return max(inside, default=0.0) + 0.1 * len(words & content_words(" ".join((node.summary, *node.keys))))
+
+
+def descend(nodes: Sequence[TreeNode], words: set[str], beam: int = FOREST_BEAM,
+            hits: Mapping[str, Sequence[tuple[int, float]]] | None = None) -> list[tuple[TreeNode, ...]]:
+    """Forest recall's descent over one user's trees: from the scene tree's top nodes, the
+    `beam` best nodes at each depth (`node_score`, then the newest) and their children next,
+    a scene leaf going on into its session tree, down to chunk leaves. Returns the path to
+    each leaf reached (top node first), best leaf first."""
+    hits = hits or {}
+    children: dict[tuple[str, str, str], list[TreeNode]] = {}
+    roots: dict[str, TreeNode] = {}
+    for n in nodes:
+        if n.parent_key is not None:
+            children.setdefault((n.tree_kind, n.tree_key, n.parent_key), []).append(n)
+        elif n.tree_kind == "session":
+            roots[n.tree_key] = n
+    scores: dict[tuple[str, str, str], float] = {}
+
+    def score(node: TreeNode) -> float:
+        key = (node.tree_kind, node.tree_key, node.node_key)
+        if key not in scores:
+            scores[key] = node_score(node, words, hits)
+        return scores[key]
+
+    def best(paths: list[tuple[TreeNode, ...]]) -> list[tuple[TreeNode, ...]]:
+        return sorted(paths, key=lambda p: (-score(p[-1]), -p[-1].ended_at.timestamp(), p[-1].node_key))[:beam]
+
+    frontier = best([(n,) for n in nodes if n.tree_kind == "scene" and n.parent_key is None])
+    reached: list[tuple[TreeNode, ...]] = []
+    while frontier:
+        deeper = []
+        for path in frontier:
+            node = path[-1]
+            if node.tree_kind == "scene" and node.level == 0:
+                root = roots.get(node.node_key.removeprefix("session:"))
+                if root is None:
+                    continue
+                node, path = root, path + (root,)
+            below = children.get((node.tree_kind, node.tree_key, node.node_key), [])
+            if below:
+                deeper += [path + (c,) for c in below]
+            elif node.tree_kind == "session":
+                reached.append(path)
+        frontier = best(deeper)
+    return sorted(reached, key=lambda p: (-score(p[-1]), -sum(score(n) for n in p), -p[-1].ended_at.timestamp()))

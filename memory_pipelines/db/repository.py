@@ -614,6 +614,12 @@ def users_session_roots(conn: psycopg.Connection, user_ids: Sequence[str]) -> di
     return roots
 
 
+def user_tree_nodes(conn: psycopg.Connection, user_id: str) -> list[TreeNode]:
+    """Every node of the user's trees."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return [_tree_node(row) for row in cur.execute(query("user_tree_nodes"), {"user_id": user_id})]
+
+
 def tree_nodes(conn: psycopg.Connection, user_id: str, tree_kind: str, tree_key: str) -> list[TreeNode]:
     """One tree of the user, top nodes first."""
     with conn.cursor(row_factory=dict_row) as cur:

@@ -65,3 +65,9 @@ ORDER BY level DESC, started_at, position, node_key;
 SELECT tree_key FROM memory_tree
 WHERE user_id = %(user_id)s AND tree_kind = 'session' AND parent_key IS NULL
 ORDER BY started_at, tree_key;
+
+-- name: user_tree_nodes
+-- Every node of the user's trees (scene and sessions): forest recall descends them.
+SELECT user_id, tree_kind, tree_key, node_key, level, parent_key, position, started_at, ended_at, spans, keys, summary
+FROM memory_tree WHERE user_id = %(user_id)s
+ORDER BY tree_kind, tree_key, level DESC, position;

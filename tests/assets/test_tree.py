@@ -109,3 +109,29 @@ def test_forget_takes_a_sessions_tree_and_its_users_scene_tree_the_next_run_buil
     with psycopg.connect(sample_url) as conn:
         scene = repository.tree_nodes(conn, "bob", "scene", "bob")
         assert scene and f"session:{session_id}" not in {n.node_key for n in scene}
+
+
+def test_forest_recall_serves_passages_inside_the_leaves_it_reached_with_their_path_and_only_the_users(sample_url):
+    from memory_pipelines.embed import EmbedConfig, build_embedder
+    from memory_pipelines.search import AccessDenied, UnifiedMemorySearch
+
+    embedder = build_embedder(EmbedConfig())
+    with psycopg.connect(sample_url) as conn:
+        search = UnifiedMemorySearch(conn, embedder)
+        hits = search.search_forest("which port does ledger-api use", "bob", limit=5)
+        assert hits, "forest recall finds bob's passages"
+        for hit in hits:
+            assert hit.session_id.startswith("s-bob-") and hit.path and hit.path[0].startswith("month:")
+            leaf = hit.path[-1].split(": ", 1)[0]
+            [node] = [n for n in repository.tree_nodes(conn, "bob", "session", hit.session_id) if n.node_key == leaf]
+            assert node.level == 0 and node.spans[0].seq_start <= hit.best_seq <= node.spans[0].seq_end
+        alice = search.search_forest("which port does ledger-api use", "alice", limit=5)
+        assert not {h.session_id for h in alice} & {h.session_id for h in hits}
+        served = search.serve("which port does ledger-api use", "raw", 3, "bob", budget_chars=3000, mode="forest")
+        assert served.hits and all(h.path for h in served.hits) and served.budget.used <= 3000
+        with pytest.raises(ValueError, match="unknown mode 'deep'"):
+            search.serve("port", "raw", 3, "bob", mode="deep")
+        with pytest.raises(AccessDenied, match="name the user"):
+            search.search_forest("port", None)
+        conn.rollback()
+    embedder.close()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory_pipelines.chunks import Chunk
-from memory_pipelines.tree import Span, build_scene_tree, build_session_tree, sentences
+from memory_pipelines.tree import Span, build_scene_tree, build_session_tree, descend, sentences
 
 T0 = datetime(2026, 9, 28, 9, tzinfo=UTC)
 
@@ -85,3 +85,35 @@ def test_summaries_are_the_sentences_of_what_was_said_never_tool_lines():
                                "Done, ledger-api listens on 9090."]
     [leaf] = build_session_tree([Chunk("s", "u", 1, 5, T0, T0, text, 4, ("9090", "ledger-api"))])
     assert leaf.summary == "switch ledger-api to port 9090. Done, ledger-api listens on 9090."
+
+
+def test_forest_descent_follows_the_query_words_down_to_the_chunk_that_holds_them():
+    # two sessions on two days; the second's third chunk talks about the port
+    first = [Chunk("a", "u1", i * 10 + 1, i * 10 + 10, T0 + timedelta(minutes=i), T0 + timedelta(minutes=i + 1),
+                   f"User: about gardening tomatoes {i}.", 1, ("tomatoes",)) for i in range(3)]
+    later = T0 + timedelta(days=2)
+    second = [Chunk("b", "u1", i * 10 + 1, i * 10 + 10, later + timedelta(minutes=i), later + timedelta(minutes=i + 1),
+                    "User: switch ledger-api to port 9090." if i == 2 else f"User: reading novels {i}.", 1,
+                    ("ledger-api", "9090") if i == 2 else ("novels",)) for i in range(12)]
+    sessions = build_session_tree(first) + build_session_tree(second)
+    scene = build_scene_tree("u1", [n for n in sessions if n.parent_key is None])
+    paths = descend(sessions + scene, {"ledger-api", "port", "9090"}, beam=1)
+    [path] = paths
+    assert [n.node_key for n in path] == ["month:2026-09", "week:2026-09:2026-W40", "day:2026-09-30", "session:b",
+                                          "2.0", "1.0", "0.2"]
+    assert path[-1].spans == (Span("b", 21, 30),)
+    wide = descend(sessions + scene, {"ledger-api"}, beam=3)
+    assert (wide[0][-1].tree_key, wide[0][-1].node_key) == ("b", "0.2")  # the best leaf first
+    assert {p[-1].tree_key for p in wide} == {"a", "b"}  # a wider beam reaches the other session too
+    assert descend([], {"port"}) == []
+
+
+def test_forest_descent_follows_the_search_hits_among_a_nodes_turns_over_its_summary_words():
+    start = T0 + timedelta(days=1)
+    a = build_session_tree([Chunk("a", "u1", 1, 10, start, start, "User: the port is 8080.", 1, ("port",))])
+    b = build_session_tree([Chunk("b", "u1", 1, 10, start + timedelta(hours=1), start + timedelta(hours=1),
+                                  "User: something else entirely.", 1, ("else",))])
+    scene = build_scene_tree("u1", a + b)
+    [by_words] = descend(a + b + scene, {"port"}, beam=1)
+    [by_hits] = descend(a + b + scene, {"port"}, beam=1, hits={"b": [(4, 0.9)]})
+    assert (by_words[-1].tree_key, by_hits[-1].tree_key) == ("a", "b")
