@@ -57,7 +57,7 @@ class Chunk:
     ended_at: datetime
     content: str
     message_count: int
-    breadcrumbs: tuple[str, ...] = ()  # set once stored (the stage adds them); the tree reads them
+    breadcrumbs: tuple[str, ...] = ()  # a stored chunk's (the chunks stage adds them): tree leaves read them
 
     @property
     def content_hash(self) -> str:

@@ -24,7 +24,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from memory_pipelines.chunks import Chunk
@@ -111,7 +111,8 @@ def _common_keys(children: Sequence[TreeNode]) -> tuple[str, ...]:
 
 def _condensed(children: Sequence[TreeNode]) -> str:
     """Each child's first sentence, in order, within the summary's length."""
-    return clip(" … ".join(sentences(c.summary)[0] for c in children if sentences(c.summary)), SUMMARY_CHARS)
+    firsts = [found[0] for found in (sentences(c.summary) for c in children) if found]
+    return clip(" … ".join(firsts), SUMMARY_CHARS)
 
 
 def _merged_spans(children: Sequence[TreeNode]) -> tuple[Span, ...]:
@@ -134,7 +135,7 @@ def _parent(children: Sequence[TreeNode], *, tree_kind: str, tree_key: str, node
 
 
 def _attach(children: Sequence[TreeNode], parent_key: str) -> list[TreeNode]:
-    return [TreeNode(**{**c.__dict__, "parent_key": parent_key, "position": i}) for i, c in enumerate(children)]
+    return [replace(c, parent_key=parent_key, position=i) for i, c in enumerate(children)]
 
 
 def build_session_tree(chunks: Sequence[Chunk], max_children: int = MAX_CHILDREN) -> list[TreeNode]:

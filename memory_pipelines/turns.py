@@ -138,6 +138,11 @@ def cite_turns(turns: Sequence[TurnCandidate], citations: Iterable[Citation]) ->
     return cited
 
 
+def turn_importance(cited_by: Iterable[Citation]) -> float:
+    """The highest importance of what cites a turn, or `UNCITED_TURN_IMPORTANCE`."""
+    return max((c.weight for c in cited_by), default=UNCITED_TURN_IMPORTANCE)
+
+
 @dataclass(frozen=True)
 class ScoredTurn:
     turn: TurnCandidate
@@ -147,8 +152,7 @@ class ScoredTurn:
 
     @property
     def importance(self) -> float:
-        """The highest importance of what cites the turn, or `UNCITED_TURN_IMPORTANCE`."""
-        return max((c.weight for c in self.cited_by), default=UNCITED_TURN_IMPORTANCE)
+        return turn_importance(self.cited_by)
 
     @property
     def score(self) -> float:
@@ -163,7 +167,7 @@ def score_turns(turns: Sequence[TurnCandidate], citations: Iterable[Citation], a
     scored = []
     for t in turns:
         by = tuple(cited.get(t.id, ()))
-        importance = max((c.weight for c in by), default=UNCITED_TURN_IMPORTANCE)
+        importance = turn_importance(by)
         age_hours = max(0.0, (as_of - t.ts).total_seconds() / 3600)
         scored.append(ScoredTurn(t, by, age_hours, decay_terms(importance, age_hours, t.access_count, base_rate)))
     scored.sort(key=lambda s: (-s.score, -s.turn.ts.timestamp(), s.turn.session_id, s.turn.seq))

@@ -2,11 +2,8 @@
 
 -- name: sessions_to_grow
 -- The sessions whose trees to build again for the days first..last: those whose chunks
--- those days' runs wrote, and those with a tree but no chunk left.
-SELECT session_id FROM memory_chunks WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
-UNION
-SELECT t.tree_key FROM memory_tree t
-WHERE t.tree_kind = 'session' AND NOT EXISTS (SELECT 1 FROM memory_chunks c WHERE c.session_id = t.tree_key)
+-- those days' runs wrote (chunks are only ever removed by forget, which takes the trees).
+SELECT DISTINCT session_id FROM memory_chunks WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
 ORDER BY 1;
 
 -- name: sessions_chunk_leaves
@@ -42,7 +39,7 @@ WHERE tree_kind = %(tree_kind)s AND tree_key = ANY(%(tree_keys)s)
 -- name: users_without_scene_tree
 -- Users with session trees and no scene tree (forget removed it): theirs is built again.
 SELECT DISTINCT user_id FROM memory_tree s
-WHERE s.tree_kind = 'session'
+WHERE s.tree_kind = 'session' AND s.parent_key IS NULL
   AND NOT EXISTS (SELECT 1 FROM memory_tree c WHERE c.tree_kind = 'scene' AND c.tree_key = s.user_id)
 ORDER BY 1;
 

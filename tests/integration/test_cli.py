@@ -241,6 +241,11 @@ def test_tree_show_prints_bobs_scene_and_session_trees_and_names_what_to_fix(mak
     assert "alice" not in shown.stdout
     one = cli("tree", "show", "--user", "bob", "--session", "s-bob-0005", "--depth", "1").stdout.splitlines()
     assert one[0].startswith("session tree of s-bob-0005") and len(one) == 3  # the title, the root and its summary
+    forest = cli("search", "ledger-api port", "--user", "bob", "--scope", "raw", "--mode", "forest", "--k", "2")
+    assert forest.returncode == 0, forest.stderr
+    assert "passage · turn #" in forest.stdout and "   via month:2026-10 › week:2026-10:" in forest.stdout
+    refused = cli("search", "port", "--admin", "--mode", "forest")
+    assert refused.returncode != 0 and "--mode forest descends one user's trees" in refused.stderr
     for args, message in ((("--user", "bob", "--entity", "ledger-api"), "entity trees are not built yet"),
                           (("--user", "alice", "--session", "s-bob-0005"), "belongs to another user"),
                           (("--user", "bob", "--depth", "0"), "--depth must be at least 1")):
