@@ -24,7 +24,8 @@ from memory_pipelines.stages import transcripts as transcript_stage
         "JSON Lines, Parquet and history.json files, validated, and archived in `messages` "
         "(unique on session_id, seq) with `sessions` kept in step. Refused records go to "
         "`quarantine` with their reason; records of users forgotten on request are skipped; "
-        "read = stored + duplicate + quarantined + forgotten."
+        "read = stored + duplicate + quarantined + forgotten + superseded (re-sent turns a "
+        "replace merge set aside). A fork's records name `parent_session_id` and `fork_seq`."
     ),
 )
 def transcripts(

@@ -280,7 +280,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             served = search.serve(args.query, scope=args.scope, k=args.k, user_id=args.user,
                                   session_id=args.session, current_session_id=args.session,
                                   budget_chars=args.budget or None, budget_tokens=args.budget_tokens,
-                                  now=_parse_moment(args.now, "--now"), mode=args.mode)
+                                  now=_parse_moment(args.now, "--now"), mode=args.mode,
+                                  include_forks=args.include_forks)
     finally:
         embedder.close()
     for warning in search.warnings:
@@ -586,11 +587,89 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     with get_pool(_connect_url(_settings())).connection() as conn:
         _require_user(conn, args.user)
         rows = conn.execute(query("user_sessions"), {"user_id": args.user}).fetchall()
-    print(f"{len(rows)} session(s) of {args.user}")
-    for session, agent, first, last, messages, chunks, version, extracted in rows:
-        print(f"  {session:<32} {agent or '-':<10} {first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M}  "
-              f"{messages:>5} messages  {chunks:>3} chunks  summary v{version or 0}  "
-              f"{'facts extracted' if extracted else 'not extracted yet'}")
+    forks = sum(r[8] is not None for r in rows)
+    print(f"{len(rows)} session(s) of {args.user}" + (f", {forks} of them forks (under their parent)" if forks else ""))
+    children: dict[str, list[tuple]] = {}
+    for row in rows:
+        children.setdefault(row[8], []).append(row)
+
+    def show(row: tuple, depth: int) -> None:
+        session, agent, first, last, messages, chunks, version, extracted, parent, fork_seq = row
+        when = f"{first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M}" if first else f"{'no turns of its own yet':<34}"
+        name = f"└─ {session} (fork after turn {fork_seq})" if parent else session
+        state = "facts extracted" if extracted else "facts with a merge" if parent else "not extracted yet"
+        print(f"  {'   ' * max(depth - 1, 0)}{name:<{32 if not depth else 38}} {agent or '-':<10} {when}  "
+              f"{messages:>5} messages  {chunks:>3} chunks  summary v{version or 0}  {state}")
+        for child in children.get(session, []):
+            show(child, depth + 1)
+
+    known = {r[0] for r in rows}
+    for row in rows:  # mainline sessions, and forks whose parent is another user's or gone
+        if row[8] is None or row[8] not in known:
+            show(row, 0 if row[8] is None else 1)
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.forks import ForkError, fork_session
+
+    with get_pool(_connect_url(_settings())).connection() as conn:
+        try:
+            fork = fork_session(conn, args.session, args.as_, args.at, actor=args.by)
+        except ForkError as exc:
+            raise UsageError(str(exc)) from None
+    print(f"forked {fork.parent_session_id} after turn {fork.fork_seq} as {fork.session_id} (user {fork.user_id}): "
+          f"its own turns start at seq {fork.fork_seq + 1} in the transcripts")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.forks import ForkError, merge_fork, restore_merge
+    from memory_pipelines.llm import build_backend
+    from memory_pipelines.llm.config import chat_config
+
+    pool = get_pool(_connect_url(_settings()))
+    if args.restore:
+        if args.dry_run:
+            raise UsageError("--restore takes no --dry-run: it undoes the merge in force")
+        with pool.connection() as conn:
+            try:
+                restored = restore_merge(conn, args.fork, args.into, actor=args.by)
+            except ForkError as exc:
+                raise UsageError(str(exc)) from None
+        print(f"restored merge #{restored.merge.id} ({restored.merge.mode}) of {args.fork} into {args.into}: "
+              f"{restored.removed} merged turn(s) removed, {restored.brought_back} set-aside turn(s) back")
+        print(f"next: {restored.next_step} (distils {args.into} again from that day)")
+        return 0
+    if args.mode is None:
+        raise UsageError("merge needs --mode append|replace|summarize (or --restore)")
+    writer = build_backend(chat_config()) if args.mode == "summarize" else None
+    try:
+        with pool.connection() as conn:
+            report = merge_fork(conn, args.fork, args.into, args.mode, actor=args.by, dry_run=args.dry_run,
+                                writer=writer)
+    except ForkError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if writer is not None:
+            writer.close()
+    merge = report.merge
+    if report.already:
+        print(f"already merged: #{merge.id} ({merge.mode}) by {merge.merged_by} at {merge.merged_at:%Y-%m-%d %H:%M}; "
+              "nothing changed")
+        return 0
+    verb = "would merge" if report.dry_run else f"merged (#{merge.id})"
+    aside = (f", {report.superseded} parent turn(s) {merge.superseded_first_seq}–{merge.superseded_last_seq} set aside"
+             if report.superseded else "")
+    print(f"{verb} {args.fork} turns {merge.fork_first_seq}–{merge.fork_last_seq} into {args.into} "
+          f"({merge.mode}): parent turns {merge.parent_first_seq}–{merge.parent_last_seq}{aside}")
+    for turn in report.written:
+        text = " ".join(turn.content.split())
+        print(f"  {turn.session_id}#{turn.seq} {turn.role}: {text[:100]}{'...' if len(text) > 100 else ''}")
+    if not report.dry_run:
+        print(f"next: {report.next_step} (distils {args.into} again from that day)")
     return 0
 
 
@@ -900,6 +979,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--mode", default="flat", choices=("flat", "forest"),
                         help="how passages are found: the flat turn index (default) or forest recall down the "
                              "temporal tree (each passage with its path of node summaries)")
+    search.add_argument("--include-forks", action="store_true",
+                        help="serve forked sessions' passages too, each labelled with its fork point")
     search.add_argument("--admin", action="store_true", help="search every user")
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search)
@@ -1027,6 +1108,23 @@ def build_parser() -> argparse.ArgumentParser:
     turns.add_argument("--k", type=int, default=10, help="turns to list, 1-100 (default 10)")
     turns.add_argument("--json", action="store_true", help="every score's parts too")
     turns.set_defaults(func=cmd_turns)
+
+    fork = sub.add_parser("fork", help="fork a session: a new session sharing its turns up to --at")
+    fork.add_argument("session")
+    fork.add_argument("--at", type=int, help="the last shared turn (default: the session's last)")
+    fork.add_argument("--as", dest="as_", required=True, metavar="NEW", help="the fork's session id")
+    fork.add_argument("--by", default="cli", help="who forks (recorded)")
+    fork.set_defaults(func=cmd_fork)
+
+    merge = sub.add_parser("merge", help="merge a fork's turns into its parent (append, replace or summarize), "
+                                         "or --restore the merge in force")
+    merge.add_argument("fork")
+    merge.add_argument("--into", required=True, metavar="PARENT")
+    merge.add_argument("--mode", choices=("append", "replace", "summarize"))
+    merge.add_argument("--dry-run", action="store_true", help="print what the merge would write; change nothing")
+    merge.add_argument("--restore", action="store_true", help="undo the merge in force of FORK into PARENT")
+    merge.add_argument("--by", default="cli", help="who merges (recorded)")
+    merge.set_defaults(func=cmd_merge)
 
     tree = sub.add_parser("tree", help="the temporal tree: a user's scene tree and session trees")
     tree_actions = tree.add_subparsers(dest="action", required=True)

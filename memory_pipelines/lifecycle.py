@@ -49,6 +49,9 @@ FORGET_STATEMENTS = (
     ("forget_conversation_segments", "conversation_segments"),
     ("forget_llm_calls", "llm_calls"),
     ("forget_quarantine", "quarantine"),
+    ("forget_superseded_messages", "superseded_messages"),
+    ("forget_session_merges", "session_merges"),
+    ("forget_session_forks", "session_forks"),
     ("forget_messages", "messages"),
     ("forget_sessions", "sessions"),
 )

@@ -176,11 +176,14 @@ def _windows(ranked: Sequence[tuple[str, int]], limit: int, before: int = BEFORE
 def search_passages(conn: psycopg.Connection, text: str, *, user_id: str | None, all_users: bool,
                     vector: np.ndarray | None, model: str | None, limit: int = 5, how: TurnSearch = TurnSearch(),
                     session_id: str | None = None, since: datetime | None = None,
-                    until: datetime | None = None, prefer: tuple[datetime, datetime] | None = None) -> list[Passage]:
+                    until: datetime | None = None, prefer: tuple[datetime, datetime] | None = None,
+                    include_forks: bool = False) -> list[Passage]:
     """The best passages for `text`, best first. `vector` is the query's embedding (None:
     the lexical signal alone); `session_id` keeps one session, `since`/`until` a time;
-    `prefer` boosts turns of a time (`TurnSearch.time_boost`) without leaving others out."""
-    scope = {"user_id": user_id, "all_users": all_users, "session_id": session_id, "since": since, "until": until}
+    `prefer` boosts turns of a time (`TurnSearch.time_boost`) without leaving others out;
+    forked sessions' turns only with `include_forks` (or their session named)."""
+    scope = {"user_id": user_id, "all_users": all_users, "session_id": session_id, "since": since, "until": until,
+             "include_forks": include_forks}
     statements = []
     if how.signal in ("fused", "text"):
         statements.append(("turn_text_search", {**scope, "text": text, "weights": how.weights, "k1": BM25_K1,

@@ -28,6 +28,7 @@ class QuarantineReason(StrEnum):
     UNREADABLE_FILE = "unreadable_file"
     CONFLICTING_DUPLICATE = "conflicting_duplicate"
     USER_MISMATCH = "user_mismatch"
+    FORK_MISMATCH = "fork_mismatch"
 
 
 # what unified search can be narrowed to
@@ -69,6 +70,9 @@ class Message:
     tool_args: dict[str, Any] | None = None
     tool_call_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # a fork's records name the session it branched from and the last turn they share
+    parent_session_id: str | None = None
+    fork_seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,15 +111,27 @@ class StoredMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class ForkPoint:
+    """A forked session: its timeline is the parent's turns up to fork_seq, then its own."""
+
+    session_id: str
+    parent_session_id: str
+    fork_seq: int
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class IngestPlan:
     new: tuple[Message, ...]
     duplicates: int
     quarantined: tuple[QuarantinedRecord, ...]
     read: int
     forgotten: int = 0  # records of users or sessions forgotten on request: not ingested again
+    superseded: int = 0  # re-sent parent turns a replace merge set aside: they stay aside
+    forks: tuple[ForkPoint, ...] = ()  # fork points the new records declare
 
     def __post_init__(self) -> None:
-        if self.read != len(self.new) + self.duplicates + len(self.quarantined) + self.forgotten:
+        if self.read != len(self.new) + self.duplicates + len(self.quarantined) + self.forgotten + self.superseded:
             raise AssertionError("ingest counts do not add up")
 
 

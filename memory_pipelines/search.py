@@ -24,7 +24,7 @@ from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder, EmbeddingError
 from memory_pipelines.knowledge import DECAY_FORMULA, Triple, superseded_by
 from memory_pipelines.lifecycle import decay_as_of
-from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
+from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES, ForkPoint
 from memory_pipelines.passages import (
     AFTER, BEFORE, Budget, Passage, Turn, TurnSearch, fill_passages, search_passages,
 )
@@ -99,6 +99,7 @@ class MemoryHit:
     terms: tuple[str, ...] = ()
     # forest recall: the tree nodes descended to the passage's chunk, top first ("node: summary")
     path: tuple[str, ...] = ()
+    fork: ForkPoint | None = None  # the hit's session is a fork: of which session, after which turn
 
     def as_passage(self) -> Passage:
         return Passage(self.user_id or "", self.session_id or "", self.turns, self.best_seq, self.score,
@@ -272,7 +273,7 @@ class MemorySearch:
     # --- raw chunks -----------------------------------------------------------------
 
     def search_chunks(self, text: str, user_id: str | None, session_id: str | None = None, limit: int = 8,
-                      mode: str = "hybrid", *, breadcrumbs: bool = True) -> list[MemoryHit]:
+                      mode: str = "hybrid", *, breadcrumbs: bool = True, include_forks: bool = False) -> list[MemoryHit]:
         """Raw chunks for a query. `hybrid` (the default, it measured best: see README):
         vector and text rankings fused by reciprocal rank, keeping hits that match a term or
         lie within the vector cutoff; `tiered` (navi): vector first (cosine distance below
@@ -280,12 +281,13 @@ class MemorySearch:
         full-text candidates (any term) from the index and scores them by terms hit over
         content and breadcrumbs; `breadcrumbs=False` scores content alone there (`bench
         retrieval` measures what they add). One statement serves both paths. An empty query
-        returns the most recent chunks."""
-        return self._resolve(self._chunks(text, user_id, session_id, limit, mode, breadcrumbs))[0]
+        returns the most recent chunks. Forked sessions' chunks only with `include_forks`
+        (or their session named)."""
+        return self._resolve(self._chunks(text, user_id, session_id, limit, mode, breadcrumbs, include_forks))[0]
 
     def _chunks(self, text: str, user_id: str | None, session_id: str | None, limit: int, mode: str,
-                breadcrumbs: bool = True) -> Plan:
-        scope = {**self._scope(user_id), "session_id": session_id}
+                breadcrumbs: bool = True, include_forks: bool = False) -> Plan:
+        scope = {**self._scope(user_id), "session_id": session_id, "include_forks": include_forks}
         terms = query_terms(text)
         if not terms and not normalize_query(text):
             return Plan((("recent_chunks", {**scope, "limit": limit}),),
@@ -334,17 +336,23 @@ class MemorySearch:
 
     def search_passages(self, text: str, user_id: str | None, session_id: str | None = None, limit: int = 5,
                         how: TurnSearch = TurnSearch(), since: datetime | None = None,
-                        until: datetime | None = None,
-                        prefer: tuple[datetime, datetime] | None = None) -> list[MemoryHit]:
+                        until: datetime | None = None, prefer: tuple[datetime, datetime] | None = None,
+                        include_forks: bool = False) -> list[MemoryHit]:
         """Passages of the turn index, best first (memory_pipelines.passages): BM25 and the
-        turn embeddings fused, best turns widened with their neighbours, adjacent ones merged."""
+        turn embeddings fused, best turns widened with their neighbours, adjacent ones merged.
+        With `include_forks`, forked sessions' passages too, each labelled with its fork point."""
         scope = self._scope(user_id)
         text = text[:MAX_QUERY_CHARS].replace("\x00", " ")  # PostgreSQL text cannot hold NUL
         vector = self._vector(text, user_id) if how.signal != "text" else None
         passages = search_passages(self.conn, text, user_id=user_id, all_users=scope["all_users"], vector=vector,
                                    model=self.embedder.model_id if vector is not None else None, limit=limit,
-                                   how=how, session_id=session_id, since=since, until=until, prefer=prefer)
-        return [passage_hit(p) for p in passages]
+                                   how=how, session_id=session_id, since=since, until=until, prefer=prefer,
+                                   include_forks=include_forks)
+        hits = [passage_hit(p) for p in passages]
+        if not hits or not (include_forks or session_id is not None):
+            return hits  # no fork's turn can be among them: no lookup
+        forks = repository.fork_points(self.conn, sorted({h.session_id for h in hits}))
+        return [replace(h, fork=forks[h.session_id]) if h.session_id in forks else h for h in hits]
 
     def search_forest(self, text: str, user_id: str, limit: int = 5, how: TurnSearch = TurnSearch(),
                       beam: int = FOREST_BEAM) -> list[MemoryHit]:
@@ -507,15 +515,18 @@ class UnifiedMemorySearch(MemorySearch):
     def search(self, text: str, scope: str = "all", k: int = 5, user_id: str | None = None,
                session_id: str | None = None, current_session_id: str | None = None,
                summary_at: datetime | None = None, budget_chars: int | None = DEFAULT_BUDGET_CHARS,
-               budget_tokens: int | None = None, now: datetime | None = None) -> list[MemoryHit]:
+               budget_tokens: int | None = None, now: datetime | None = None,
+               include_forks: bool = False) -> list[MemoryHit]:
         """The hits `serve` gives, in tier order."""
         return list(self.serve(text, scope, k, user_id, session_id, current_session_id, summary_at,
-                               budget_chars=budget_chars, budget_tokens=budget_tokens, now=now).hits)
+                               budget_chars=budget_chars, budget_tokens=budget_tokens, now=now,
+                               include_forks=include_forks).hits)
 
     def serve(self, text: str, scope: str = "all", k: int = 5, user_id: str | None = None,
               session_id: str | None = None, current_session_id: str | None = None,
               summary_at: datetime | None = None, *, budget_chars: int | None = DEFAULT_BUDGET_CHARS,
-              budget_tokens: int | None = None, now: datetime | None = None, mode: str = "flat") -> ServedMemory:
+              budget_tokens: int | None = None, now: datetime | None = None, mode: str = "flat",
+              include_forks: bool = False) -> ServedMemory:
         """Every store in tiers, within a budget: facts, then passages, then sketches, then
         knowledge entries take from it in that order (`k` caps each store) until it is
         spent; a passage that does not fit whole is trimmed around its best turn
@@ -525,7 +536,9 @@ class UnifiedMemorySearch(MemorySearch):
         user's newest turn) rank higher (`passages.TIME_BOOST`); passages of other times
         still come after them (keeping only that time measured worse: the answer to "where
         did I live in March" may lie in June). `mode="forest"` finds the passages by forest
-        recall (`search_forest`) instead."""
+        recall (`search_forest`) instead. Forked sessions' passages are served only with
+        `include_forks` (flat mode), each labelled with its fork point, or when `session_id`
+        names the fork."""
         if scope not in SCOPES:
             raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
         if mode not in SEARCH_MODES:
@@ -548,7 +561,8 @@ class UnifiedMemorySearch(MemorySearch):
                        if session_id is None or h.session_id == session_id][:k]
             else:
                 raw = self.search_passages(text, user_id, session_id, k,
-                                           prefer=(named.since, named.until) if named else None)
+                                           prefer=(named.since, named.until) if named else None,
+                                           include_forks=include_forks)
             found["raw"] = self.mark_freshness(raw, user_id, current_session_id, summary_at)
         served, left_out = [], 0
         for tier in ("facts", "raw", "sketches", "knowledge"):
@@ -649,6 +663,8 @@ def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars:
             why += [f"similarity {hit.similarity:.2f}"] if hit.similarity is not None else []
             if why:
                 lines.append(f"   {' · '.join(why)}")
+            if hit.fork is not None:
+                lines.append(f"   ⑂ fork of {hit.fork.parent_session_id} after turn {hit.fork.fork_seq}")
             if hit.path:  # forest recall: the nodes descended to it
                 lines.append(f"   via {' › '.join(step.split(': ', 1)[0] for step in hit.path)}")
             if hit.superseded_by:

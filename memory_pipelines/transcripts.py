@@ -223,7 +223,7 @@ def _strip_nul(text: str) -> str:
 
 def _row_to_result(row: tuple) -> Message | QuarantinedRecord:
     (source, line, raw_bytes, reason, detail, raw, session_id, user_id, seq, role, content,
-     ts_us, agent_id, tool_name, tool_call_id, tool_args, metadata, _event_us) = row
+     ts_us, agent_id, tool_name, tool_call_id, tool_args, metadata, parent_session_id, fork_seq, _event_us) = row
     if reason is not None:
         # PostgreSQL text cannot hold NUL; the refused record keeps everything else.
         return QuarantinedRecord(
@@ -234,10 +234,14 @@ def _row_to_result(row: tuple) -> Message | QuarantinedRecord:
     meta = json.loads(metadata) if metadata is not None else {}
     fields = {"user_id": user_id, "role": role, "content": content, "ts_us": ts_us, "agent_id": agent_id,
               "tool_name": tool_name, "tool_args": args, "tool_call_id": tool_call_id, "metadata": meta}
+    if parent_session_id is not None:
+        # only a fork's hash holds its fork point (every other message's hash is as before)
+        fields |= {"parent_session_id": parent_session_id, "fork_seq": fork_seq}
     return Message(
         session_id=session_id, seq=seq, user_id=user_id, role=role, content=content, ts=_from_us(ts_us),
         content_hash=hash_message(fields), source_file=source, source_line=line, agent_id=agent_id,
         tool_name=tool_name, tool_args=args, tool_call_id=tool_call_id, metadata=meta,
+        parent_session_id=parent_session_id, fork_seq=fork_seq,
     )
 
 

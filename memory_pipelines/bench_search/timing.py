@@ -170,7 +170,8 @@ def measure(url: str, embedder: Embedder, config: SearchBenchConfig,
                                                                 if with_ else ""))
         chunk_recall = 0.0 if config.turns else _recall(  # turn vectors are searched exactly: recall 1 by design
             conn, queries, vectors, embedder.model_id, "chunk_search", "bench_user_chunk_vectors",
-            {"session_id": None, "match": "", "rank": "", "vector_limit": RECALL_K, "text_limit": 0})
+            {"session_id": None, "include_forks": False, "match": "", "rank": "", "vector_limit": RECALL_K,
+             "text_limit": 0})
         fact_recall = _recall(conn, queries, vectors, embedder.model_id, "fact_vector_search",
                               "bench_user_fact_vectors", {})
         return Latency.of(embed_seconds[len(warmup):]), tuple(results), chunk_recall or 0.0, fact_recall

@@ -20,7 +20,7 @@ from memory_pipelines.chunks import Chunk
 from memory_pipelines.facts import FactCandidate, Rejection
 from memory_pipelines.knowledge import FUNCTIONAL_RELATIONS, EntryCandidate, RelationCandidate
 from memory_pipelines.llm.backends import ModelCall
-from memory_pipelines.records import Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow
+from memory_pipelines.records import ForkPoint, Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow
 from memory_pipelines.segments import SessionJudgement
 from memory_pipelines.summaries import StoredVersion, SummaryState, SummaryVersion
 from memory_pipelines.tree import MODEL as TREE_MODEL, Span, TreeNode
@@ -43,6 +43,27 @@ def stored_messages(
     }
     owners = dict(conn.execute(query("session_owners"), {"session_ids": ids}).fetchall())
     return stored, owners
+
+
+def session_owners(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, str]:
+    return dict(conn.execute(query("session_owners"), {"session_ids": list(session_ids)}).fetchall())
+
+
+def fork_points(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, ForkPoint]:
+    """The stored fork points of those of these sessions that are forks."""
+    with conn.cursor(row_factory=kwargs_row(ForkPoint)) as cur:
+        return {f.session_id: f for f in cur.execute(query("session_fork_points"), {"session_ids": list(session_ids)})}
+
+
+def superseded_keys(conn: psycopg.Connection, session_ids: Sequence[str]) -> frozenset[tuple[str, int, str]]:
+    return frozenset(conn.execute(query("superseded_keys"), {"session_ids": list(session_ids)}).fetchall())
+
+
+def insert_fork_points(conn: psycopg.Connection, forks: Iterable[ForkPoint], created_by: str) -> None:
+    rows = [{**asdict(f), "created_by": created_by} for f in forks]
+    if rows:
+        with conn.cursor() as cur:
+            cur.executemany(query("insert_session_fork"), rows)
 
 
 def insert_messages(conn: psycopg.Connection, messages: Iterable[Message], run_id: str) -> int:
@@ -143,6 +164,14 @@ def sessions_messages_after(conn: psycopg.Connection, cursors: Mapping[str, int 
         "session_ids": ids, "after_seqs": [-1 if cursors[s] is None else cursors[s] for s in ids], "end": end}))
 
 
+def fork_inherited_messages(conn: psycopg.Connection, cursors: Mapping[str, int | None]) -> dict[str, list[Message]]:
+    """For the forks among these sessions, the parent turns after the cursor up to the fork
+    point that judging kept, named by the fork, by seq."""
+    ids = list(cursors)
+    return _by_session(_message_rows(conn, "fork_inherited_messages", {
+        "session_ids": ids, "after_seqs": [-1 if cursors[s] is None else cursors[s] for s in ids]}))
+
+
 def last_messages(conn: psycopg.Connection, session_id: str, limit: int) -> list[Message]:
     return _message_rows(conn, "last_messages", {"session_id": session_id, "limit": limit})
 
@@ -218,7 +247,11 @@ def summary_start_states(conn: psycopg.Connection, session_ids: Sequence[str],
               in conn.execute(query("summary_states_before"), params)}
     legacy = {session_id: SummaryState(Summary.from_json(summary), cursor_seq, cursor_ts, 0, "legacy")
               for session_id, summary, cursor_seq, cursor_ts in conn.execute(query("legacy_summaries"), params)}
-    return {s: states.get(s) or legacy.get(s) or SummaryState() for s in session_ids}
+    # a fork with no version of its own yet: its parent's at the fork point (its own count from 1)
+    seeds = {session_id: SummaryState(Summary.from_json(summary), cursor_seq, cursor_ts, 0, fingerprint)
+             for session_id, _, summary, cursor_seq, cursor_ts, fingerprint
+             in conn.execute(query("fork_seed_states"), params)}
+    return {s: states.get(s) or legacy.get(s) or seeds.get(s) or SummaryState() for s in session_ids}
 
 
 def summary_versions_from(conn: psycopg.Connection, session_ids: Sequence[str],

@@ -135,6 +135,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     for key, day in window.days(ASSET, only=window.active_days(pool)):
         with pool.connection() as conn:
             by_session = repository.messages_in_window(conn, day)
+            # forks write no user-level knowledge: what it learns from them comes with a merge
+            forks = repository.fork_points(conn, list(by_session))
+            by_session = {s: m for s, m in by_session.items() if s not in forks}
         for batch in session_batches(sorted(by_session.items()), synthesizer, settings.concurrency):
             report.merge(_synthesize_batch(pool, batch, key, synthesizer, ctx, settings))
     return report

@@ -59,11 +59,16 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     ctx = CallContext(window.run_id, ASSET)
     with pool.connection() as conn:
         sessions = repository.sessions_in_window(conn, window.span)
-    # as many batches as sessions fold at once: a batch's sessions fold one after another
-    size = min(BATCH_SESSIONS, max(1, -(-len(sessions) // max(settings.concurrency, 1))))
-    batches = [sessions[i:i + size] for i in range(0, len(sessions), size)]
-    return run_parallel(batches, lambda batch: _fold_batch(pool, batch, window, settings, backends, ctx),
-                        StageReport(SummaryCounts(), calls_models=True), settings.concurrency)
+        forks = repository.fork_points(conn, [s for s, _ in sessions])
+    report = StageReport(SummaryCounts(), calls_models=True)
+    # a fork starts from its parent's state at the fork point: parents fold first
+    for group in ([s for s in sessions if s[0] not in forks], [s for s in sessions if s[0] in forks]):
+        # as many batches as sessions fold at once: a batch's sessions fold one after another
+        size = min(BATCH_SESSIONS, max(1, -(-len(group) // max(settings.concurrency, 1))))
+        batches = [group[i:i + size] for i in range(0, len(group), size)]
+        report = run_parallel(batches, lambda batch: _fold_batch(pool, batch, window, settings, backends, ctx),
+                              report, settings.concurrency)
+    return report
 
 
 def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: Window, settings: Settings,
@@ -79,7 +84,10 @@ def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: 
         with conn.transaction():
             starts = repository.summary_start_states(conn, ids, window.first)
             stored = repository.summary_versions_from(conn, ids, window.first)
-            messages = repository.sessions_messages_after(conn, {s: starts[s].cursor_seq for s in ids})
+            cursors = {s: starts[s].cursor_seq for s in ids}
+            messages = repository.sessions_messages_after(conn, cursors)
+            # a fork's fold also reads the parent turns it shares that its state does not cover
+            inherited = repository.fork_inherited_messages(conn, cursors)
         keys = {s: [k for k in fold_days(messages.get(s, []), {v.partition_key for v in stored.get(s, [])},
                                          window.first, window.last) if k >= settings.partition_start] for s in ids}
         # the days' segments judged first (the fold leaves out what judging dropped), in one transaction
@@ -99,8 +107,8 @@ def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: 
         for session_id, user_id in batch:
             days = [Day(key, day_window(key).end, dropped.get((session_id, key), frozenset()))
                     for key in keys[session_id]]
-            plan = FoldPlan(session_id, user_id, starts[session_id], days, messages.get(session_id, []),
-                            stored.get(session_id, []))
+            plan = FoldPlan(session_id, user_id, starts[session_id], days,
+                            inherited.get(session_id, []) + messages.get(session_id, []), stored.get(session_id, []))
             _store_fold(conn, fold_session(plan, summarizer, decider, settings.language, settings.chunk_chars),
                         session_id, ctx, report)
             report.counts.sessions += 1

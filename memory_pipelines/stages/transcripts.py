@@ -37,6 +37,8 @@ class TranscriptCounts(Counts):
     duplicate: int = 0
     quarantined: int = 0
     forgotten: int = 0
+    superseded: int = 0  # re-sent turns a replace merge set aside
+    forks_declared: int = 0
     quarantined_by_reason: Counter = field(default_factory=Counter)
     sessions_touched: int = 0
     table_rows: dict[str, int] = field(default_factory=dict)  # the archive tables' sizes afterwards
@@ -53,8 +55,12 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     with pool.connection() as conn, conn.transaction():
         repository.lock_transcript_writes(conn)
         stored, owners = repository.stored_messages(conn, session_ids)
+        parents = sorted({m.parent_session_id for m in scan.messages if m.parent_session_id is not None})
+        owners |= repository.session_owners(conn, parents)
+        forks = repository.fork_points(conn, sorted({*session_ids, *parents}))
         forgotten = repository.forgotten_for(conn, sorted({m.user_id for m in scan.messages}))
-        plan = plan_ingest(scan, stored, owners, forgotten)
+        plan = plan_ingest(scan, stored, owners, forgotten, forks, repository.superseded_keys(conn, session_ids))
+        repository.insert_fork_points(conn, plan.forks, "transcript")
         repository.insert_messages(conn, plan.new, window.run_id)
         repository.insert_quarantine(conn, plan.quarantined, window.label, window.run_id)
         written = sorted({m.session_id for m in plan.new})
@@ -64,7 +70,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
         partition_window=f"{span.start.isoformat()} .. {span.end.isoformat()}", files_scanned=scan.files,
         files_skipped=len(scan.skipped_files), files_skipped_first=list(scan.skipped_files[:SKIPPED_SHOWN]),
         read=plan.read, stored=len(plan.new), duplicate=plan.duplicates, quarantined=len(plan.quarantined),
-        forgotten=plan.forgotten, quarantined_by_reason=Counter(str(r.reason) for r in plan.quarantined),
+        forgotten=plan.forgotten, superseded=plan.superseded, forks_declared=len(plan.forks),
+        quarantined_by_reason=Counter(str(r.reason) for r in plan.quarantined),
         sessions_touched=len(written), table_rows=totals))
     report.sessions.update(written)
     report.check_scope = {"session_ids": written, "partition_label": window.label}

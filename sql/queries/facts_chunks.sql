@@ -1,10 +1,12 @@
 -- name: sessions_due_for_extraction
 -- Stale as of the window's end (last activity before stale_before) and never extracted,
 -- or extracted before its last activity. Activity counts only messages sent before the end.
+-- Forks are left out: their facts join the user's when a merge brings their turns home.
 WITH activity AS (
     SELECT session_id, min(user_id) AS user_id, max(ts) AS last_ts, max(seq) AS last_seq
     FROM messages
     WHERE ts < %(end)s AND session_id NOT LIKE 'temp-%%'
+      AND NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = messages.session_id)
     GROUP BY session_id
 )
 SELECT a.session_id, a.user_id, a.last_ts, a.last_seq

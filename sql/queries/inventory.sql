@@ -12,14 +12,21 @@ GROUP BY s.user_id
 ORDER BY s.user_id;
 
 -- name: user_sessions
+-- A user's sessions, each with its fork point (NULL: a mainline session); forks made by
+-- `fork` that have no turns of their own yet are listed too.
 SELECT s.session_id, s.agent_id, s.first_message_at, s.last_active, s.message_count,
        (SELECT count(*) FROM memory_chunks c WHERE c.session_id = s.session_id) AS chunks,
-       sm.version AS summary_version, st.extracted_through
+       sm.version AS summary_version, st.extracted_through, f.parent_session_id, f.fork_seq
 FROM sessions s
 LEFT JOIN session_summaries sm ON sm.session_id = s.session_id
 LEFT JOIN session_memory_state st ON st.session_id = s.session_id
+LEFT JOIN session_forks f ON f.session_id = s.session_id
 WHERE s.user_id = %(user_id)s
-ORDER BY s.first_message_at, s.session_id;
+UNION ALL
+SELECT f.session_id, NULL, NULL, NULL, 0, 0, NULL, NULL, f.parent_session_id, f.fork_seq
+FROM session_forks f
+WHERE f.user_id = %(user_id)s AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = f.session_id)
+ORDER BY 3 NULLS LAST, 1;
 
 -- name: user_known
 -- Whether anything is stored for the user: sessions, facts or knowledge entries.

@@ -94,8 +94,10 @@ SET fix = EXCLUDED.fix, session_id = EXCLUDED.session_id, error_seq = EXCLUDED.e
 WHERE EXCLUDED.observed_at > e.observed_at;
 
 -- name: window_tool_sessions
+-- (forks left out: what the user's memory learns from them comes with a merge)
 SELECT DISTINCT session_id FROM messages
-WHERE ts >= %(start)s AND ts < %(end)s AND role = 'tool' AND (metadata ->> 'is_error')::boolean;
+WHERE ts >= %(start)s AND ts < %(end)s AND role = 'tool' AND (metadata ->> 'is_error')::boolean
+  AND NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = messages.session_id);
 
 -- name: graph_relations
 -- One hop around an entity (or every triple), optionally valid at a moment.

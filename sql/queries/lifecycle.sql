@@ -95,7 +95,12 @@ DELETE FROM memory_archive WHERE id = %(id)s;
 SELECT session_id FROM sessions WHERE user_id = %(user_id)s AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
 UNION
 SELECT DISTINCT session_id FROM messages WHERE user_id = %(user_id)s
-  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s);
+  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+UNION
+-- a session's forks go with it (their summaries hold the turns they share), and forks
+-- made by `fork` with no turns yet
+SELECT session_id FROM session_forks WHERE user_id = %(user_id)s
+  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s OR parent_session_id = %(session_id)s);
 
 -- name: forget_unhide_facts
 -- Rows of other sessions hidden behind a forgotten fact stand again.
@@ -170,6 +175,14 @@ DELETE FROM conversation_segments WHERE session_id = ANY(%(session_ids)s);
 DELETE FROM llm_calls WHERE session_id = ANY(%(session_ids)s);
 -- name: forget_quarantine
 DELETE FROM quarantine WHERE session_id = ANY(%(session_ids)s);
+-- name: forget_superseded_messages
+DELETE FROM superseded_messages WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
+-- name: forget_session_merges
+DELETE FROM session_merges g WHERE user_id = %(user_id)s
+  AND (fork_session_id = ANY(%(session_ids)s) OR parent_session_id = ANY(%(session_ids)s))
+  AND NOT EXISTS (SELECT 1 FROM superseded_messages x WHERE x.merge_id = g.id);
+-- name: forget_session_forks
+DELETE FROM session_forks WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
 -- name: forget_messages
 DELETE FROM messages WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
 -- name: forget_sessions

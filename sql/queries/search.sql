@@ -71,6 +71,8 @@ WITH by_vector AS (
     FROM memory_chunks
     WHERE embedding_model = %(model)s AND (%(all_users)s OR user_id = %(user_id)s)
       AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+      AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
+           OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = memory_chunks.session_id))
     ORDER BY embedding <=> %(vector)s::vector, id
     LIMIT %(vector_limit)s
 ),
@@ -80,6 +82,8 @@ by_text AS (
     FROM memory_chunks
     WHERE content_tsv @@ to_tsquery('simple', %(match)s) AND (%(all_users)s OR user_id = %(user_id)s)
       AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+      AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
+           OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = memory_chunks.session_id))
     ORDER BY ts_rank(content_tsv, to_tsquery('simple', %(rank)s)) DESC, ended_at DESC, id
     LIMIT %(text_limit)s
 )
@@ -94,6 +98,8 @@ SELECT id, user_id, session_id, start_seq, end_seq, started_at, ended_at, conten
        NULL::float8 AS distance
 FROM memory_chunks
 WHERE (%(all_users)s OR user_id = %(user_id)s) AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+  AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
+       OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = memory_chunks.session_id))
 ORDER BY ended_at DESC, id DESC
 LIMIT %(limit)s;
 
@@ -147,8 +153,10 @@ WHERE EXCLUDED.updated_at > s.updated_at
    OR (EXCLUDED.updated_at = s.updated_at AND EXCLUDED.value > s.value);
 
 -- name: scratchpad_writes
+-- (forks left out: what the user's memory learns from them comes with a merge)
 SELECT session_id, seq, user_id, ts, tool_args FROM messages
 WHERE ts >= %(start)s AND ts < %(end)s AND role = 'assistant' AND tool_name = 'scratchpad'
+  AND NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = messages.session_id)
 ORDER BY session_id, seq;
 
 -- name: recall_delivered

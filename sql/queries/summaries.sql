@@ -77,6 +77,28 @@ FROM session_summary_versions
 WHERE session_id = ANY(%(session_ids)s) AND partition_key < %(partition_key)s
 ORDER BY session_id, version DESC;
 
+-- name: fork_seed_states
+-- A fork's fold starts from its parent's state at the fork point: the parent's latest
+-- version whose cursor is at or before fork_seq (so nothing after it), for forks among these.
+SELECT DISTINCT ON (f.session_id) f.session_id, v.version, v.summary, v.cursor_seq, v.cursor_ts, v.fingerprint
+FROM session_forks f
+JOIN session_summary_versions v ON v.session_id = f.parent_session_id AND v.cursor_seq <= f.fork_seq
+WHERE f.session_id = ANY(%(session_ids)s)
+ORDER BY f.session_id, v.version DESC;
+
+-- name: fork_inherited_messages
+-- The parent turns a fork's fold reads as its own first ones: after the fork's cursor, up
+-- to the fork point, less what judging dropped from the parent; by fork and seq, named by
+-- the fork.
+SELECT f.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, m.source_file, m.source_line,
+       m.agent_id, m.tool_name, m.tool_args, m.tool_call_id, m.metadata
+FROM unnest(%(session_ids)s::text[], %(after_seqs)s::bigint[]) AS c(session_id, after_seq)
+JOIN session_forks f ON f.session_id = c.session_id
+JOIN messages m ON m.session_id = f.parent_session_id AND m.seq > c.after_seq AND m.seq <= f.fork_seq
+WHERE NOT EXISTS (SELECT 1 FROM conversation_segments g
+                  WHERE g.session_id = m.session_id AND g.dropped AND m.seq BETWEEN g.start_seq AND g.end_seq)
+ORDER BY f.session_id, m.seq;
+
 -- name: legacy_summaries
 -- Summaries imported without versions (and possibly without a cursor).
 SELECT s.session_id, s.summary, s.cursor_seq, s.cursor_ts FROM session_summaries s

@@ -32,6 +32,9 @@ WITH parsed AS (
            json_type(j, '$.tool_call_id') AS t_tool_call_id, j ->> '$.tool_call_id' AS tool_call_id,
            json_type(j, '$.tool_args')    AS t_tool_args,  j ->> '$.tool_args'    AS tool_args_text,
            json_type(j, '$.metadata')     AS t_metadata,   j ->> '$.metadata'     AS metadata_text,
+           -- a fork names its parent session and the last parent turn it shares
+           json_type(j, '$.parent_session_id') AS t_parent_session_id, j ->> '$.parent_session_id' AS parent_session_id,
+           json_type(j, '$.fork_seq')     AS t_fork_seq,   j ->> '$.fork_seq'     AS fork_seq_text,
            list_filter(['session_id', 'user_id', 'seq', 'role', 'content', 'ts'],
                        lambda f: coalesce(json_type(j, '$.' || f), 'NULL') = 'NULL') AS missing
     FROM parsed AS p
@@ -71,12 +74,15 @@ WITH parsed AS (
                  OR (t_metadata = 'VARCHAR' AND NOT coalesce(json_valid(metadata_text) AND json_type(metadata_text) = 'OBJECT', false))
                  OR try_cast(seq_text AS BIGINT) IS NULL OR try_cast(seq_text AS BIGINT) < 0
                  OR trim(session_id) = '' OR trim(user_id) = ''
+                 OR coalesce(t_parent_session_id, 'NULL') NOT IN ('VARCHAR', 'NULL') OR trim(coalesce(parent_session_id, 'x')) = ''
+                 OR coalesce(t_fork_seq, 'NULL') NOT IN ('BIGINT', 'UBIGINT', 'NULL') OR try_cast(fork_seq_text AS BIGINT) < 0
+                 OR (coalesce(t_parent_session_id, 'NULL') = 'NULL') <> (coalesce(t_fork_seq, 'NULL') = 'NULL')
                    THEN 'invalid_type'
                WHEN role NOT IN ('user', 'assistant', 'tool', 'system') THEN 'unknown_role'
                WHEN ts IS NULL THEN 'invalid_timestamp'
                WHEN contains(content, chr(0)) OR contains(session_id, chr(0)) OR contains(user_id, chr(0))
                  OR contains(coalesce(agent_id, ''), chr(0)) OR contains(coalesce(tool_name, ''), chr(0))
-                 OR contains(coalesce(tool_call_id, ''), chr(0))
+                 OR contains(coalesce(tool_call_id, ''), chr(0)) OR contains(coalesce(parent_session_id, ''), chr(0))
                  OR contains(coalesce(tool_args_text, ''), '\u0000') OR contains(coalesce(metadata_text, ''), '\u0000')
                    THEN 'nul_byte'
            END AS reason
@@ -126,7 +132,13 @@ SELECT source, line, raw_bytes, reason,
                            THEN 'tool_args must be a JSON object' END,
                       CASE WHEN coalesce(t_metadata, 'NULL') NOT IN ('OBJECT', 'VARCHAR', 'NULL')
                              OR (t_metadata = 'VARCHAR' AND NOT coalesce(json_valid(metadata_text) AND json_type(metadata_text) = 'OBJECT', false))
-                           THEN 'metadata must be a JSON object' END
+                           THEN 'metadata must be a JSON object' END,
+                      CASE WHEN coalesce(t_parent_session_id, 'NULL') NOT IN ('VARCHAR', 'NULL') OR trim(coalesce(parent_session_id, 'x')) = ''
+                           THEN 'parent_session_id must be a non-empty string' END,
+                      CASE WHEN coalesce(t_fork_seq, 'NULL') NOT IN ('BIGINT', 'UBIGINT', 'NULL') OR try_cast(fork_seq_text AS BIGINT) < 0
+                           THEN 'fork_seq must be a non-negative integer' END,
+                      CASE WHEN (coalesce(t_parent_session_id, 'NULL') = 'NULL') <> (coalesce(t_fork_seq, 'NULL') = 'NULL')
+                           THEN 'parent_session_id and fork_seq go together: a fork names both' END
                   ], lambda m: m IS NOT NULL), '; ')
            WHEN 'unknown_role' THEN 'unknown role ' || to_json(role)::VARCHAR || ' (expected user, assistant, tool or system)'
            WHEN 'invalid_timestamp' THEN 'unparsable or out-of-range timestamp ' || left(coalesce(ts_text, ''), 80)
@@ -139,6 +151,8 @@ SELECT source, line, raw_bytes, reason,
        agent_id, tool_name, tool_call_id,
        CASE WHEN t_tool_args IN ('OBJECT', 'VARCHAR') THEN tool_args_text END AS tool_args,
        CASE WHEN t_metadata IN ('OBJECT', 'VARCHAR') THEN metadata_text END AS metadata,
+       CASE WHEN t_parent_session_id = 'VARCHAR' THEN parent_session_id END AS parent_session_id,
+       CASE WHEN t_fork_seq IN ('BIGINT', 'UBIGINT') THEN try_cast(fork_seq_text AS BIGINT) END AS fork_seq,
        event_us
 FROM attributed;
 

@@ -44,3 +44,18 @@ WHERE (s.user_id, s.agent_id, s.first_message_at, s.last_active, s.message_count
 
 -- name: table_row_count
 SELECT count(*) FROM {table};
+
+-- name: session_fork_points
+-- The fork points stored for these sessions (forks among them).
+SELECT session_id, parent_session_id, fork_seq, user_id FROM session_forks WHERE session_id = ANY(%(session_ids)s);
+
+-- name: superseded_keys
+-- The turns replace merges set aside of these sessions, while the merge is in force.
+SELECT x.session_id, x.seq, x.content_hash
+FROM superseded_messages x JOIN session_merges g ON g.id = x.merge_id AND g.restored_at IS NULL
+WHERE x.session_id = ANY(%(session_ids)s);
+
+-- name: insert_session_fork
+INSERT INTO session_forks (session_id, parent_session_id, fork_seq, user_id, created_by)
+VALUES (%(session_id)s, %(parent_session_id)s, %(fork_seq)s, %(user_id)s, %(created_by)s)
+ON CONFLICT (session_id) DO NOTHING;

@@ -44,10 +44,12 @@ WHERE s.tree_kind = 'session' AND s.parent_key IS NULL
 ORDER BY 1;
 
 -- name: users_session_roots
--- The roots of the users' session trees: the scene trees' leaves.
+-- The roots of the users' session trees: the scene trees' leaves (forks stay out of the
+-- scene: what they hold is not the user's history until merged).
 SELECT user_id, tree_kind, tree_key, node_key, level, parent_key, position, started_at, ended_at, spans, keys, summary
 FROM memory_tree
 WHERE tree_kind = 'session' AND user_id = ANY(%(user_ids)s) AND parent_key IS NULL
+  AND NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = memory_tree.tree_key)
 ORDER BY user_id, started_at, tree_key;
 
 -- name: tree_nodes

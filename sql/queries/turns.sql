@@ -84,6 +84,9 @@ candidates AS (
     FROM memory_turns t, q
     WHERE (%(all_users)s OR t.user_id = %(user_id)s) AND t.tsv @@ q.query
       AND (%(session_id)s::text IS NULL OR t.session_id = %(session_id)s::text)
+      -- a fork's turns only when asked for (or its session named)
+      AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
+           OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = t.session_id))
 ),
 frequencies AS (
     SELECT c.user_id, c.session_id, c.seq, c.pos, c.ts, c.body_length, v.lexeme,
@@ -109,6 +112,8 @@ SELECT user_id, session_id, seq, pos, ts, (embedding <=> %(vector)s::halfvec)::f
 FROM memory_turns
 WHERE (%(all_users)s OR user_id = %(user_id)s) AND embedding_model = %(model)s
   AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s::text)
+  AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
+       OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = memory_turns.session_id))
   AND (%(since)s::timestamptz IS NULL OR ts >= %(since)s::timestamptz)
   AND (%(until)s::timestamptz IS NULL OR ts < %(until)s::timestamptz)
 ORDER BY embedding <=> %(vector)s::halfvec, session_id, seq

@@ -251,3 +251,43 @@ def test_tree_show_prints_bobs_scene_and_session_trees_and_names_what_to_fix(mak
                           (("--user", "bob", "--depth", "0"), "--depth must be at least 1")):
         failed = cli("tree", "show", *args)
         assert failed.returncode != 0 and message in failed.stderr and len(failed.stderr.strip().splitlines()) == 1
+
+
+def test_fork_merge_and_sessions_from_the_cli_on_the_branched_sample(make_database, monkeypatch, tmp_path):
+    from assets.definitions import all_assets
+    from memory_pipelines.config import PACKAGE_DIR
+    from tests.helpers import materialize_partitions
+
+    url = make_database()
+    materialize_partitions(all_assets, ["2026-11-02"], url, PACKAGE_DIR / "sample_data" / "branched")
+    monkeypatch.setenv("MEMORY_DATABASE_URL", url)
+    made = cli("fork", "s-gina-0001", "--at", "4", "--as", "s-gina-0001-b", "--by", "gina")
+    assert made.returncode == 0, made.stderr
+    assert "forked s-gina-0001 after turn 4 as s-gina-0001-b (user gina): its own turns start at seq 5" in made.stdout
+    listed = cli("sessions", "--user", "gina").stdout.splitlines()
+    assert listed[0] == "3 session(s) of gina, 2 of them forks (under their parent)"
+    assert listed[1].lstrip().startswith("s-gina-0001 ")
+    assert {line.split(" (fork")[0].strip() for line in listed[2:]} == {"└─ s-gina-0001-fly", "└─ s-gina-0001-b"}
+    assert any("(fork after turn 6)" in line and "facts with a merge" in line for line in listed)
+    assert any("no turns of its own yet" in line for line in listed)
+    hidden = cli("search", "Fly.io volume billing_data", "--user", "gina", "--scope", "raw")
+    assert hidden.returncode == 0 and "s-gina-0001-fly" not in hidden.stdout
+    shown = cli("search", "Fly.io volume billing_data", "--user", "gina", "--scope", "raw", "--include-forks")
+    assert "session s-gina-0001-fly" in shown.stdout and "⑂ fork of s-gina-0001 after turn 6" in shown.stdout
+    dry = cli("merge", "s-gina-0001-fly", "--into", "s-gina-0001", "--mode", "replace", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("would merge s-gina-0001-fly turns 7–10 into s-gina-0001 (replace): parent turns "
+                                 "7–10, 4 parent turn(s) 7–10 set aside")
+    merged = cli("merge", "s-gina-0001-fly", "--into", "s-gina-0001", "--mode", "replace", "--by", "gina")
+    assert merged.returncode == 0 and "merged (#" in merged.stdout
+    assert "next: memory-pipelines run --start 2026-11-02" in merged.stdout
+    again = cli("merge", "s-gina-0001-fly", "--into", "s-gina-0001", "--mode", "append")
+    assert again.returncode == 0 and "already merged: #" in again.stdout and "(replace) by gina" in again.stdout
+    restored = cli("merge", "s-gina-0001-fly", "--into", "s-gina-0001", "--restore")
+    assert restored.returncode == 0 and "4 merged turn(s) removed, 4 set-aside turn(s) back" in restored.stdout
+    for args, message in ((("fork", "s-gina-0001-fly", "--as", "x"), "is itself a fork"),
+                          (("merge", "s-gina-0001", "--into", "s-gina-0001-fly", "--mode", "append"), "it is no fork"),
+                          (("merge", "s-gina-0001-fly", "--into", "s-gina-0001"), "merge needs --mode"),
+                          (("merge", "s-gina-0001-fly", "--into", "s-gina-0001", "--restore"), "is in force")):
+        failed = cli(*args)
+        assert failed.returncode == 2 and message in failed.stderr and len(failed.stderr.strip().splitlines()) == 1

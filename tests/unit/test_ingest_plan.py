@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from memory_pipelines.ingest import plan_ingest
-from memory_pipelines.records import Message, QuarantineReason, StoredMessage, TimeWindow, TranscriptScan
+from memory_pipelines.records import ForkPoint, Message, QuarantineReason, StoredMessage, TimeWindow, TranscriptScan
 
 WINDOW = TimeWindow(datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 2, tzinfo=UTC))
 
@@ -67,3 +68,44 @@ def test_forgotten_users_and_sessions_are_skipped_and_counted():
     plan = plan_ingest(_scan(_m(1), _m(2, user="eve", session="s9"), _m(3, session="s2")), {}, {}, forgotten)
     assert [(m.session_id, m.seq) for m in plan.new] == [("s2", 3)]
     assert plan.forgotten == 2 and plan.read == 3
+
+
+def _fork(seq, session="f1", parent="s1", at=3, user="u1", content="branch") -> Message:
+    return replace(_m(seq, content, user=user, session=session), parent_session_id=parent, fork_seq=at)
+
+
+def test_a_forks_records_declare_its_point_once_and_come_after_it():
+    plan = plan_ingest(_scan(_m(1), _m(2), _fork(4), _fork(5), replace(_fork(6), parent_session_id=None,
+                                                                       fork_seq=None)), {}, {})
+    assert [m.seq for m in plan.new] == [1, 2, 4, 5, 6] and not plan.quarantined
+    assert plan.forks == (ForkPoint("f1", "s1", 3, "u1"),)
+
+
+def test_a_fork_point_that_cannot_stand_is_quarantined_with_what_to_fix():
+    stored_fork = {"f1": ForkPoint("f1", "s1", 3, "u1")}
+    cases = [
+        ((_fork(3),), {}, {"s1": "u1"}, {}, QuarantineReason.FORK_MISMATCH, "own turns start at seq 4"),
+        ((_fork(5, at=4),), {}, {"s1": "u1"}, stored_fork, QuarantineReason.FORK_MISMATCH, "the record says s1 after seq 4"),
+        ((_fork(5, parent="nope"),), {}, {}, {}, QuarantineReason.FORK_MISMATCH, "parent session nope is not in the archive"),
+        ((_fork(5, parent="f0"),), {}, {"f0": "u1"}, {"f0": ForkPoint("f0", "s0", 1, "u1")},
+         QuarantineReason.FORK_MISMATCH, "f0 is itself a fork"),
+        ((_fork(5, parent="f1", session="f1"),), {}, {}, {}, QuarantineReason.FORK_MISMATCH, "names itself"),
+        ((_fork(5, user="u2"),), {}, {"s1": "u1"}, {}, QuarantineReason.USER_MISMATCH, "forks s1 of user 'u1'"),
+        ((_fork(5, session="s2"),), {("s2", 1): StoredMessage("x", "u1")}, {"s2": "u1", "s1": "u1"}, {},
+         QuarantineReason.FORK_MISMATCH, "stored as a session of its own"),
+    ]
+    for messages, stored, owners, forks, reason, detail in cases:
+        plan = plan_ingest(_scan(*messages), stored, owners, forks=forks)
+        [refused] = plan.quarantined
+        assert plan.new == () and refused.reason is reason and detail in refused.detail, (detail, refused.detail)
+
+
+def test_a_parent_in_the_same_batch_is_found_in_any_file_order():
+    plan = plan_ingest(_scan(_fork(4), _m(1), _m(2)), {}, {})
+    assert [m.session_id for m in plan.new] == ["f1", "s1", "s1"] and not plan.quarantined
+
+
+def test_turns_a_replace_merge_set_aside_stay_aside_and_are_counted():
+    plan = plan_ingest(_scan(_m(1), _m(2, "later")), {("s1", 1): StoredMessage("u1:hello", "u1")}, {"s1": "u1"},
+                       superseded=frozenset({("s1", 2, "u1:later")}))
+    assert plan.new == () and plan.superseded == 1 and plan.duplicates == 1 and plan.read == 2

@@ -255,3 +255,22 @@ def test_json_schema_agrees_with_the_validator():
             assert not validator.is_valid(json.loads(line)), line
             refused[str(record.reason)] += 1
     assert set(refused) == field_reasons
+
+
+def test_a_forks_parent_and_fork_point_are_read_and_ill_typed_ones_refused(tmp_path):
+    base = {"session_id": "f1", "user_id": "u1", "role": "user", "content": "hi", "ts": "2026-10-01T10:00:00Z"}
+    records = [{**base, "seq": 4, "parent_session_id": "s1", "fork_seq": 3},
+               {**base, "seq": 5},
+               {**base, "seq": 6, "parent_session_id": "s1"},
+               {**base, "seq": 7, "parent_session_id": "s1", "fork_seq": "3"},
+               {**base, "seq": 8, "parent_session_id": "", "fork_seq": 3},
+               {**base, "seq": 9, "parent_session_id": "s1", "fork_seq": -1}]
+    path = tmp_path / "fork.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    scan = scan_transcripts(path, ALL_TIME)
+    assert [(m.seq, m.parent_session_id, m.fork_seq) for m in scan.messages] == [(4, "s1", 3), (5, None, None)]
+    details = {r.seq: r.detail for r in scan.quarantined}
+    assert all(r.reason is QuarantineReason.INVALID_TYPE for r in scan.quarantined)
+    assert "parent_session_id and fork_seq go together" in details[6]
+    assert "fork_seq must be a non-negative integer" in details[7] and "fork_seq must be" in details[9]
+    assert "parent_session_id must be a non-empty string" in details[8]
