@@ -55,8 +55,8 @@ def test_bm25_matches_the_formula_on_a_three_document_corpus(database_url):
         repository.refresh_turn_stats(conn, ["bm"])
         assert {r.language for r in rows} == {"english"}
         found = conn.execute(query("turn_text_search"), {
-            "user_id": "bm", "all_users": False, "session_id": None, "since": None, "until": None,
-            "text": "Which proxy port?", "weights": "AB", "k1": 1.2, "b": 0.75, "limit": 10}).fetchall()
+            "user_id": "bm", "all_users": False, "session_id": None, "include_forks": False, "since": None,
+            "until": None, "text": "Which proxy port?", "weights": "AB", "k1": 1.2, "b": 0.75, "limit": 10}).fetchall()
     n, avgdl, k1, b = 3, (3 + 2 + 1) / 3, 1.2, 0.75
 
     def term(tf, df, length):
