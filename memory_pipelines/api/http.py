@@ -48,6 +48,8 @@ class SearchBody(Body):
     user_id: str | None = Field(None, description="an admin key's user; a user key's own, or left out")
     session_id: str | None = None
     now: datetime | None = Field(None, description="what 'last week' counts from (default: the user's newest turn)")
+    mode: Literal["flat", "forest"] = Field("flat", description="forest: passages by forest recall over the trees")
+    include_forks: bool = Field(False, description="serve forked sessions' passages too, labelled with the fork")
 
 
 class FactBody(Body):
@@ -79,6 +81,20 @@ class DistillBody(Body):
     mode: Literal["llm", "rules"] = "llm"
     store: bool = False
     user_id: str | None = None
+
+
+class ForkBody(Body):
+    session_id: str = Field(description="the session to fork (the caller's)")
+    new_session_id: str = Field(description="the fork's session id")
+    at: int | None = Field(None, ge=0, description="the last shared turn (default: the session's last)")
+
+
+class MergeBody(Body):
+    fork_session_id: str
+    parent_session_id: str
+    mode: Literal["append", "replace", "summarize"] | None = Field(None, description="required unless restore")
+    dry_run: bool = False
+    restore: bool = Field(False, description="undo the merge in force of the fork into the parent")
 
 
 class SketchBody(Body):
@@ -184,16 +200,18 @@ def create_app(service: MemoryService | None = None, settings: ApiSettings | Non
                      scope: Scope = "all", k: Annotated[int, Query(ge=1, le=20)] = 5,
                      budget: Annotated[int | None, Query(ge=0)] = DEFAULT_BUDGET_CHARS,
                      budget_tokens: Annotated[int | None, Query(ge=1)] = None, user_id: str | None = None,
-                     session_id: str | None = None, now: datetime | None = None) -> dict:
+                     session_id: str | None = None, now: datetime | None = None,
+                     mode: Literal["flat", "forest"] = "flat", include_forks: bool = False) -> dict:
         return await run(request, lambda c: request.app.state.service.search(
             c, q, user_id=user_id, scope=scope, k=k, budget=budget, budget_tokens=budget_tokens,
-            session_id=session_id, now=now))
+            session_id=session_id, now=now, mode=mode, include_forks=include_forks))
 
     @app.post("/v1/search", summary="unified search, the question in a JSON body")
     async def search_body(request: Request, body: SearchBody) -> dict:
         return await run(request, lambda c: request.app.state.service.search(
             c, body.q, user_id=body.user_id, scope=body.scope, k=body.k, budget=body.budget,
-            budget_tokens=body.budget_tokens, session_id=body.session_id, now=body.now))
+            budget_tokens=body.budget_tokens, session_id=body.session_id, now=body.now, mode=body.mode,
+            include_forks=body.include_forks))
 
     @app.get("/v1/facts", summary="search facts (q), or list the categories that hold facts (no q)")
     async def facts(request: Request, q: str | None = None, user_id: str | None = None,
@@ -265,6 +283,19 @@ def create_app(service: MemoryService | None = None, settings: ApiSettings | Non
         return await run(request, lambda c: request.app.state.service.write_sketch(
             c, body.session_id, body.section, body.key, body.value, user_id=body.user_id, scope=body.scope,
             idempotency_key=request.headers.get("idempotency-key")))
+
+    @app.post("/v1/forks", summary="fork a session: a new session sharing its turns up to `at`")
+    async def fork(request: Request, body: ForkBody) -> dict:
+        return await run(request, lambda c: request.app.state.service.fork(
+            c, body.session_id, body.new_session_id, at=body.at, idempotency_key=request.headers.get("idempotency-key")))
+
+    @app.post("/v1/merges", summary="merge a fork into its parent (append, replace, summarize), or restore it")
+    async def merge(request: Request, body: MergeBody) -> dict:
+        if body.mode is None and not body.restore:
+            raise ApiError("mode is required (append, replace or summarize) unless restore is true")
+        return await run(request, lambda c: request.app.state.service.merge(
+            c, body.fork_session_id, body.parent_session_id, body.mode or "append", dry_run=body.dry_run,
+            restore=body.restore, idempotency_key=request.headers.get("idempotency-key")))
 
     @app.get("/v1/lineage/{kind}/{ident}", summary="where a row came from: messages, run, model, calls")
     async def row_lineage(request: Request, kind: str, ident: str) -> dict:

@@ -74,11 +74,47 @@ def build_server(service: MemoryService, settings: ApiSettings | None = None) ->
             k: Annotated[int, Field(ge=1, le=20, description="most hits per store")] = 5,
             session_id: Annotated[str | None, Field(description="the current session, if any")] = None,
             user_id: Annotated[str | None, Field(description="admin keys only: whose memory")] = None,
+            include_forks: Annotated[bool, Field(description="also forked sessions' passages, labelled")] = False,
     ) -> Annotated[CallToolResult, Result]:
         served = await run(ctx, lambda c: service.search(c, query, user_id=user_id, scope=scope, k=k, budget=budget,
-                                                         session_id=session_id))
+                                                         session_id=session_id, include_forks=include_forks))
         # the agent reads the hits as the CLI prints them; a client program gets them structured
         return CallToolResult(content=[TextContent(type="text", text=served["text"])], structured_content=served)
+
+    @server.tool(description=(
+        "Search this user's past conversations coarse to fine: the query is matched against the user's scene "
+        "tree (months, weeks, days), the best branches are followed into session trees down to chunks, and the "
+        "passages inside them are served within a budget of characters, each with the path of tree nodes it "
+        "was found through."))
+    async def tree_search(
+            query: Annotated[str, Field(description="the question, in the user's words")],
+            ctx: Context,
+            budget: Annotated[int, Field(ge=0, description="characters to serve (0: no limit)")] = DEFAULT_BUDGET_CHARS,
+            k: Annotated[int, Field(ge=1, le=20, description="most passages")] = 5,
+            user_id: Annotated[str | None, Field(description="admin keys only: whose memory")] = None,
+    ) -> Annotated[CallToolResult, Result]:
+        served = await run(ctx, lambda c: service.search(c, query, user_id=user_id, scope="raw", k=k, budget=budget,
+                                                         mode="forest"))
+        return CallToolResult(content=[TextContent(type="text", text=served["text"])], structured_content=served)
+
+    @server.tool(description=(
+        "Fork one of this user's sessions: a new session (new_session_id) sharing its turns up to `at` "
+        "(default: its last); the fork's own turns start at at + 1. Forks stay out of search unless asked for."))
+    async def fork_session(session_id: str, new_session_id: str, ctx: Context,
+                           at: Annotated[int | None, Field(ge=0)] = None, idempotency_key: str | None = None) -> Result:
+        return await run(ctx, lambda c: service.fork(c, session_id, new_session_id, at=at,
+                                                     idempotency_key=idempotency_key))
+
+    @server.tool(description=(
+        "Merge a fork's turns into its parent session: mode=append (after the parent's last turn), replace "
+        "(the parent's turns after the fork point set aside, restorable) or summarize (one turn condensing "
+        "the fork); dry_run=true shows the turns first; restore=true undoes the merge in force. Done once; "
+        "the parent is distilled again from the day the answer names."))
+    async def merge_fork(fork_session_id: str, parent_session_id: str, ctx: Context,
+                         mode: Literal["append", "replace", "summarize"] = "append", dry_run: bool = False,
+                         restore: bool = False, idempotency_key: str | None = None) -> Result:
+        return await run(ctx, lambda c: service.merge(c, fork_session_id, parent_session_id, mode, dry_run=dry_run,
+                                                      restore=restore, idempotency_key=idempotency_key))
 
     @server.tool(description=(
         "The user's facts (curated, one value per category and key). action=save upserts a fact (category, "

@@ -28,6 +28,7 @@ from memory_pipelines.config import DecaySettings
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder
+from memory_pipelines.forks import ForkError, fork_session, merge_fork, restore_merge
 from memory_pipelines.facts import CONFIDENCE, DEFAULT_CONFIDENCE, SOURCES, FactCandidate, canonical_key, normalize_key
 from memory_pipelines.knowledge import DECAY_FORMULA, decay_terms, prepare
 from memory_pipelines.lifecycle import decay_as_of, judge_decay
@@ -37,7 +38,7 @@ from memory_pipelines.llm.config import ModelConfig, chat_config, decision_confi
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES, Message
 from memory_pipelines.session_context import context_for
 from memory_pipelines.search import (
-    AccessDenied, UnifiedMemorySearch, format_served, get_turns_by_score, recall, write_sketch,
+    SEARCH_MODES, AccessDenied, UnifiedMemorySearch, format_served, get_turns_by_score, recall, write_sketch,
 )
 from memory_pipelines.transcripts import hash_message
 
@@ -173,13 +174,19 @@ class MemoryService:
 
     def search(self, caller: Caller, text: str, *, user_id: str | None = None, scope: str = "all", k: int = 5,
                budget: int | None = DEFAULT_BUDGET_CHARS, budget_tokens: int | None = None,
-               session_id: str | None = None, now: datetime | None = None) -> dict:
+               session_id: str | None = None, now: datetime | None = None, mode: str = "flat",
+               include_forks: bool = False) -> dict:
         """Unified search within a budget: the hits with provenance, freshness and scores,
-        and the text an agent reads (the CLI's)."""
+        and the text an agent reads (the CLI's). `mode="forest"` finds passages by forest
+        recall (one user's trees); `include_forks` serves forked sessions' passages too."""
         if scope not in SEARCH_SCOPES:
             raise ApiError(f"scope must be one of {', '.join(SEARCH_SCOPES)}, not {scope!r}")
+        if mode not in SEARCH_MODES:
+            raise ApiError(f"mode must be one of {', '.join(SEARCH_MODES)}, not {mode!r}")
         text = _question(text)
         user = caller.user(user_id)
+        if user is None and mode == "forest":
+            raise ApiError("forest recall descends one user's trees: name the user (user_id)")
         if user is None:
             log.info("admin key %d searched every user", caller.key.id)
         with self._conn() as conn:
@@ -187,7 +194,8 @@ class MemoryService:
                 self._own_session(conn, caller, session_id)
             search = UnifiedMemorySearch(conn, self.embedder, admin=user is None)
             served = search.serve(text, scope, _k(k), user, session_id, session_id,
-                                  budget_chars=budget or None, budget_tokens=budget_tokens, now=now)
+                                  budget_chars=budget or None, budget_tokens=budget_tokens, now=now, mode=mode,
+                                  include_forks=include_forks)
         return {**served.to_json(text, scope), "text": format_served(text, scope, served),
                 "warnings": [w.message for w in search.warnings]}
 
@@ -423,6 +431,60 @@ class MemoryService:
         if not store:
             return run(None, datetime.now(UTC))
         return self._write(caller, "distill", {"user": user, "text": text, "mode": mode}, idempotency_key, run)
+
+    # --- forks and merges ----------------------------------------------------------------
+
+    def fork(self, caller: Caller, session_id: str, new_session_id: str, *, at: int | None = None,
+             idempotency_key: str | None = None) -> dict:
+        """A new session sharing the caller's session's turns up to `at` (default: its last)."""
+        if not (new_session_id or "").strip():
+            raise ApiError("new_session_id must not be empty")
+
+        def write(conn: psycopg.Connection, now: datetime) -> dict:
+            self._own_session(conn, caller, session_id)
+            try:
+                made = fork_session(conn, session_id, new_session_id, at, actor=f"api:key-{caller.key.id}")
+            except ForkError as exc:
+                raise ApiError(str(exc)) from None
+            return {"fork": asdict(made), "own_turns_start_at": made.fork_seq + 1}
+
+        return self._write(caller, "fork", {"session": session_id, "as": new_session_id, "at": at},
+                           idempotency_key, write)
+
+    def merge(self, caller: Caller, fork_session_id: str, parent_session_id: str, mode: str, *,
+              dry_run: bool = False, restore: bool = False, idempotency_key: str | None = None) -> dict:
+        """Merge a fork into its parent (append, replace, summarize), or with `restore` undo
+        the merge in force; `dry_run` answers with the turns a merge would write. The answer
+        names the day the parent is distilled again from."""
+        writer = build_backend(self._chat()) if mode == "summarize" and not restore else None
+        actor = f"api:key-{caller.key.id}"
+
+        def write(conn: psycopg.Connection, now: datetime) -> dict:
+            self._own_session(conn, caller, parent_session_id)
+            try:
+                if restore:
+                    restored = restore_merge(conn, fork_session_id, parent_session_id, actor=actor)
+                    return {"restored": _jsonable(asdict(restored.merge)), "removed": restored.removed,
+                            "brought_back": restored.brought_back, "next_step": restored.next_step}
+                report = merge_fork(conn, fork_session_id, parent_session_id, mode, actor=actor, dry_run=dry_run,
+                                    writer=writer)
+            except ForkError as exc:
+                raise ApiError(str(exc)) from None
+            return {"merge": _jsonable(asdict(report.merge)), "already": report.already, "dry_run": report.dry_run,
+                    "superseded": report.superseded, "next_step": report.next_step,
+                    "written": [{"seq": m.seq, "role": m.role, "content": m.content,
+                                 "merged_from": m.metadata["merged_from"]} for m in report.written]}
+
+        try:
+            if dry_run:
+                with self._conn() as conn:
+                    return write(conn, datetime.now(UTC))
+            return self._write(caller, "restore_merge" if restore else "merge",
+                               {"fork": fork_session_id, "into": parent_session_id, "mode": mode},
+                               idempotency_key, write)
+        finally:
+            if writer is not None:
+                writer.close()
 
     # --- helpers -------------------------------------------------------------------------
 

@@ -346,7 +346,7 @@ def test_openapi_docs_list_every_endpoint(api):
         paths = set(client.get("/openapi.json").json()["paths"])
     assert {"/v1/search", "/v1/facts", "/v1/facts/{key}", "/v1/context/{session_id}", "/v1/recall",
             "/v1/knowledge/search", "/v1/graph", "/v1/decay-score", "/v1/turns/by-score", "/v1/distill", "/v1/sketches",
-            "/v1/lineage/{kind}/{ident}", "/v1/summary", "/healthz"} <= paths
+            "/v1/lineage/{kind}/{ident}", "/v1/summary", "/v1/forks", "/v1/merges", "/healthz"} <= paths
 
 
 def test_keys_list_shows_a_prefix_never_the_key(api):

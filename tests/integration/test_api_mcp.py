@@ -27,7 +27,7 @@ from tests.helpers import ENTRY, free_port, start_server
 from tests.integration.test_api_http import create_keys, server_env
 
 TOOLS = {"memory_search", "memory", "context", "recall", "knowledge_search", "entity_graph_query", "decay_score",
-         "distill", "write_sketch", "lineage", "turns_by_score"}
+         "distill", "write_sketch", "lineage", "turns_by_score", "tree_search", "fork_session", "merge_fork"}
 
 
 @pytest.fixture(scope="module")
