@@ -277,8 +277,13 @@ def insert_summary_version(conn: psycopg.Connection, version: SummaryVersion, ru
 
 
 def current_summary(conn: psycopg.Connection, session_id: str) -> Summary | None:
+    """The session's current summary; a fork without one of its own yet: its parent's at the
+    fork point (what its own fold will start from)."""
     row = conn.execute(query("current_summary"), {"session_id": session_id}).fetchone()
-    return Summary.from_json(row[0]) if row else None
+    if row is None:
+        row = conn.execute(query("fork_seed_states"), {"session_ids": [session_id]}).fetchone()
+        return Summary.from_json(row[2]) if row else None
+    return Summary.from_json(row[0])
 
 
 def sessions_messages_in_windows(conn: psycopg.Connection,

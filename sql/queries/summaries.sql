@@ -142,9 +142,15 @@ WHERE (s.summary, s.cursor_seq, s.version, s.partition_key) IS DISTINCT FROM
 SELECT summary, cursor_seq, cursor_ts, version FROM session_summaries WHERE session_id = %(session_id)s;
 
 -- name: last_messages
+-- A session's last messages along its timeline: a fork's own after those it shares with its parent.
 SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
        agent_id, tool_name, tool_args, tool_call_id, metadata
-FROM (SELECT * FROM messages WHERE session_id = %(session_id)s ORDER BY seq DESC LIMIT %(limit)s) AS recent
+FROM (SELECT * FROM (SELECT * FROM messages WHERE session_id = %(session_id)s
+                     UNION ALL
+                     SELECT m.* FROM session_forks f
+                     JOIN messages m ON m.session_id = f.parent_session_id AND m.seq <= f.fork_seq
+                     WHERE f.session_id = %(session_id)s) AS timeline
+      ORDER BY seq DESC LIMIT %(limit)s) AS recent
 ORDER BY seq;
 
 -- name: drop_orphan_current_summary

@@ -14,11 +14,13 @@ import pytest
 
 from assets.definitions import all_assets
 from memory_pipelines.config import PACKAGE_DIR
+from memory_pipelines.db import repository
 from memory_pipelines.forks import ForkError, fork_session, merge_fork, restore_merge
 from memory_pipelines.lifecycle import forget
 from memory_pipelines.llm import build_backend
 from memory_pipelines.llm.config import chat_config
 from memory_pipelines.search import UnifiedMemorySearch
+from memory_pipelines.session_context import context_for
 from tests.helpers import materialization_metadata, materialize_partitions
 
 BRANCHED = PACKAGE_DIR / "sample_data" / "branched"
@@ -109,6 +111,14 @@ def test_a_fork_starts_from_its_parents_state_and_stays_apart(branched):
     assert all(h.session_id != FORK for h in _served(url, "Fly.io volume billing_data SQLite"))
     named = _served(url, "Fly.io volume", session_id=FORK)
     assert named and {h.session_id for h in named} == {FORK} and named[0].fork.fork_seq == 6
+    # a fork's context is its timeline: the shared turns, then its own, never the parent's later ones
+    with psycopg.connect(url) as conn:
+        context = context_for(conn, FORK)
+        assert [(m.session_id, m.seq) for m in context.messages] == [(PARENT, s) for s in range(1, 7)] + [
+            (FORK, s) for s in range(7, 11)]
+        fresh = fork_session(conn, PARENT, "s-gina-0001-b", 3, actor="test")
+        early = context_for(conn, fresh.session_id)
+        assert [m.seq for m in early.messages] == [1, 2, 3] and early.summary is None  # no parent version before 3
 
 
 def test_merge_append_gives_the_tables_of_the_timeline_held_from_the_start(branched, make_database, tmp_path):
@@ -224,3 +234,28 @@ def test_forgetting_a_parent_takes_its_forks_merges_and_set_aside_turns(branched
         assert [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables] == [0, 0, 0]  # noqa: S608
         assert conn.execute("SELECT count(*) FROM messages WHERE session_id IN (%s, %s)",
                             [PARENT, FORK]).fetchone()[0] == 0
+
+
+def test_a_fork_after_a_parents_summarized_day_starts_from_that_version(make_database, tmp_path):
+    folder = tmp_path / "two-days"
+    folder.mkdir()
+    # the shared turns a day earlier: the parent's first day's version ends at the fork point
+    shared = [{**r, "ts": r["ts"].replace("2026-11-02", "2026-11-01")} for r in _records(PARENT) if r["seq"] <= 6]
+    (folder / "parent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in shared + [
+        r for r in _records(PARENT) if r["seq"] > 6]))
+    (folder / "fork.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _records(FORK)))
+    url = make_database()
+    materialize_partitions(all_assets, ["2026-11-01", DAY], url, folder)
+    with psycopg.connect(url) as conn:
+        seed = conn.execute("SELECT version, cursor_seq, summary::text FROM session_summary_versions "
+                            "WHERE session_id = %s AND partition_key = '2026-11-01'", [PARENT]).fetchone()
+        assert seed[1] == 6 and "7070" in seed[2]
+        [(version, first_seq, last_seq, summary)] = conn.execute(
+            "SELECT version, first_seq, last_seq, summary::text FROM session_summary_versions WHERE session_id = %s",
+            [FORK]).fetchall()
+        # its own count from 1, its fold reading its own turns on top of the parent's day-one summary
+        assert (version, first_seq, last_seq) == (1, 7, 10) and "7070" in summary and "Fly.io" in summary
+        assert "Kubernetes" not in summary
+        assert repository.current_summary(conn, "s-gina-0001-b") is None  # not a fork, not stored
+        fork_session(conn, PARENT, "s-gina-0001-b", 8, actor="test")
+        assert "7070" in json.dumps(repository.current_summary(conn, "s-gina-0001-b").to_json())
