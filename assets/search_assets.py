@@ -54,7 +54,7 @@ def memory_turns(context: dg.AssetExecutionContext, postgres: PostgresResource) 
 
 @dg.asset(
     **DAILY_ASSET,
-    deps=["memory_chunks"],
+    deps=["memory_chunks", "memory_facts", "knowledge_entries"],
     check_specs=quality_check_specs("memory_tree"),
     group_name="memory",
     kinds={"postgres"},
@@ -62,9 +62,11 @@ def memory_turns(context: dg.AssetExecutionContext, postgres: PostgresResource) 
     description=(
         "The temporal tree (navra, after MemForest): per session, a tree whose leaves are its chunks and whose "
         "internal nodes condense at most 8 children each (one more level when a level outgrows that); per user, "
-        "a scene tree of their sessions by day, week within the month, and month. Each node has its time span, "
-        "seq spans and an extractive summary (keys and key sentences). Built again for the sessions whose "
-        "chunks the day wrote; unchanged nodes are left alone. `memory-pipelines tree show --user U`."
+        "a scene tree of their sessions by day, week within the month, and month; per entity of a user's graph, "
+        "an entity tree of the relations, entries and facts about it by day, month and year. Each node has its "
+        "time span, seq spans and an extractive summary (keys and key sentences). Built again for the sessions "
+        "whose chunks the day wrote and the users whose graph, entries or facts it wrote; unchanged nodes are "
+        "left alone. `memory-pipelines tree show --user U [--session S | --entity E]`."
     ),
 )
 def memory_tree(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:

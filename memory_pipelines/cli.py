@@ -727,12 +727,22 @@ def cmd_tree_show(args: argparse.Namespace) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.db.queries import query
 
-    if args.entity is not None:
-        raise CliError("entity trees are not built yet: show a session's tree (--session) or the user's scene tree")
+    from memory_pipelines.tree import entity_tree_key
+
     if args.depth is not None and args.depth < 1:
         raise UsageError(f"--depth must be at least 1, not {args.depth}")
     with get_pool(_connect_url(_settings())).connection() as conn:
         _require_user(conn, args.user)
+        if args.entity is not None:
+            nodes = repository.tree_nodes(conn, args.user, "entity", entity_tree_key(args.user, args.entity))
+            if not nodes:
+                known = [r[0] for r in conn.execute(query("user_entity_trees"), {"user_ids": [args.user]})]
+                names = ", ".join(k.split(":", 1)[1] for k in sorted(known)[:10]) or "none yet"
+                raise CliError(f"no entity tree of {args.entity!r} for {args.user}: entities with a tree: {names}")
+            leaves = sum(n.level == 0 for n in nodes)
+            _print_tree(f"entity tree of {args.entity} ({args.user}): {leaves} item(s) (relations, entries, facts) "
+                        "by day, month and year", nodes, args.depth)
+            return 0
         if args.session is not None:
             _require_session(conn, args.session, args.user)
             sessions = [args.session]
@@ -1133,7 +1143,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--user", required=True)
     target = show.add_mutually_exclusive_group()
     target.add_argument("--session", help="only this session's tree")
-    target.add_argument("--entity", help="an entity's tree (not built yet)")
+    target.add_argument("--entity", help="an entity's tree: what memory holds about it, by day, month and year")
     show.add_argument("--depth", type=int, help="levels to print from the top (default: all)")
     show.set_defaults(func=cmd_tree_show)
 

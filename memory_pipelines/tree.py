@@ -8,6 +8,9 @@ one table, `memory_tree`, as pure functions from chunks and sessions to nodes.
   `max_children` nodes grows the tree a level: depth stays logarithmic.
 - A **scene tree** per user groups the roots of their session trees by time: day, the part
   of an ISO week within a month, month (the top).
+- An **entity tree** per entity of a user's graph holds what their memory says about it
+  over time: the relations it is in, the knowledge entries and the facts naming it, as
+  leaves grouped by day, month and year (the top).
 
 Summaries here are the `rules` back end's: extractive, the sentences holding most of a
 node's keys, and the keys most of its children hold.
@@ -23,7 +26,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -52,10 +55,22 @@ class Span:
 
 
 @dataclass(frozen=True)
+class EntityItem:
+    """A relation, knowledge entry or fact about an entity: an entity tree's leaf."""
+
+    kind: str  # relation | entry | fact
+    id: int
+    at: datetime  # when it was said (conversation time)
+    spans: tuple[Span, ...]  # the turns it came from (none: written through the API)
+    text: str
+    keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class TreeNode:
     user_id: str
-    tree_kind: str  # session | scene
-    tree_key: str  # the session's id, the user's id
+    tree_kind: str  # session | scene | entity
+    tree_key: str  # the session's id, the user's id, "user:entity"
     node_key: str
     level: int  # 0: a leaf
     parent_key: str | None  # None: a top node
@@ -169,29 +184,46 @@ def _week_key(moment: datetime) -> str:
     return f"week:{moment:%Y-%m}:{year}-W{week:02d}"
 
 
-def build_scene_tree(user_id: str, session_roots: Sequence[TreeNode]) -> list[TreeNode]:
-    """A user's scene tree: the roots of their session trees as leaves (copied with the
-    scene's keys), grouped by the day each session started, then by week within a month,
-    then by month (the top nodes, in time order)."""
-    if not session_roots:
-        return []
-    leaves = sorted((TreeNode(user_id, "scene", user_id, f"session:{r.tree_key}", 0, None, 0, r.started_at,
-                              r.ended_at, r.spans, r.keys, r.summary) for r in session_roots),
-                    key=lambda n: (n.started_at, n.node_key))
+def _grouped_by_time(leaves: Sequence[TreeNode], group_keys: Sequence[Callable[[datetime], str]]) -> list[TreeNode]:
+    """Leaves (in time order) under one level of parents per key function, each grouping
+    the level below by the key of its nodes' start (the last level: the top nodes)."""
     nodes: list[TreeNode] = []
-    level_nodes = leaves
-    for level, group_key in enumerate((lambda n: f"day:{n.started_at:%Y-%m-%d}",
-                                       lambda n: _week_key(n.started_at),
-                                       lambda n: f"month:{n.started_at:%Y-%m}"), start=1):
+    level_nodes = list(leaves)
+    for level, group_key in enumerate(group_keys, start=1):
         groups: dict[str, list[TreeNode]] = {}
         for node in level_nodes:
-            groups.setdefault(group_key(node), []).append(node)
-        parents = [_parent(g, tree_kind="scene", tree_key=user_id, node_key=key, level=level, position=i)
-                   for i, (key, g) in enumerate(groups.items())]
+            groups.setdefault(group_key(node.started_at), []).append(node)
+        parents = [_parent(g, tree_kind=g[0].tree_kind, tree_key=g[0].tree_key, node_key=key, level=level,
+                           position=i) for i, (key, g) in enumerate(groups.items())]
         for (_, group), parent in zip(groups.items(), parents, strict=True):
             nodes += _attach(group, parent.node_key)
         level_nodes = parents
     return nodes + level_nodes
+
+
+def build_scene_tree(user_id: str, session_roots: Sequence[TreeNode]) -> list[TreeNode]:
+    """A user's scene tree: the roots of their session trees as leaves (copied with the
+    scene's keys), grouped by the day each session started, then by week within a month,
+    then by month (the top nodes, in time order)."""
+    leaves = sorted((TreeNode(user_id, "scene", user_id, f"session:{r.tree_key}", 0, None, 0, r.started_at,
+                              r.ended_at, r.spans, r.keys, r.summary) for r in session_roots),
+                    key=lambda n: (n.started_at, n.node_key))
+    return _grouped_by_time(leaves, (lambda t: f"day:{t:%Y-%m-%d}", _week_key, lambda t: f"month:{t:%Y-%m}"))
+
+
+def entity_tree_key(user_id: str, entity: str) -> str:
+    return f"{user_id}:{entity.casefold()}"
+
+
+def build_entity_tree(user_id: str, entity: str, items: Sequence[EntityItem]) -> list[TreeNode]:
+    """An entity's tree: each item about it a leaf (its text, the entity and the item's own
+    keys), grouped by the day it was said, then month, then year (the top nodes)."""
+    key = entity_tree_key(user_id, entity)
+    leaves = sorted((TreeNode(user_id, "entity", key, f"{i.kind}:{i.id}", 0, None, 0, i.at, i.at, i.spans,
+                              tuple(dict.fromkeys((entity, *i.keys)))[:NODE_KEYS], clip(i.text, SENTENCE_CHARS))
+                     for i in items), key=lambda n: (n.started_at, n.node_key))
+    return _grouped_by_time(leaves, (lambda t: f"day:{t:%Y-%m-%d}", lambda t: f"month:{t:%Y-%m}",
+                                     lambda t: f"year:{t:%Y}"))
 
 
 def node_score(node: TreeNode, words: set[str], hits: Mapping[str, Sequence[tuple[int, float]]]) -> float:

@@ -23,7 +23,7 @@ from memory_pipelines.llm.backends import ModelCall
 from memory_pipelines.records import ForkPoint, Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow
 from memory_pipelines.segments import SessionJudgement
 from memory_pipelines.summaries import StoredVersion, SummaryState, SummaryVersion
-from memory_pipelines.tree import MODEL as TREE_MODEL, Span, TreeNode
+from memory_pipelines.tree import MODEL as TREE_MODEL, EntityItem, Span, TreeNode
 
 ARCHIVE_TABLES = ("messages", "sessions", "quarantine")
 
@@ -650,6 +650,16 @@ def users_session_roots(conn: psycopg.Connection, user_ids: Sequence[str]) -> di
         for row in cur.execute(query("users_session_roots"), {"user_ids": list(user_ids)}):
             roots.setdefault(row["user_id"], []).append(_tree_node(row))
     return roots
+
+
+def users_entity_items(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[tuple[str, str], list[EntityItem]]:
+    """(user, entity) -> what the user's memory holds about the entity, in time order."""
+    items: dict[tuple[str, str], list[EntityItem]] = {}
+    for user_id, entity, kind, ident, at, text, keys, session_id, first, last in conn.execute(
+            query("users_entity_items"), {"user_ids": list(user_ids)}):
+        spans = (Span(session_id, first, last),) if session_id is not None else ()
+        items.setdefault((user_id, entity), []).append(EntityItem(kind, ident, at, spans, text, tuple(keys)))
+    return items
 
 
 def user_tree_nodes(conn: psycopg.Connection, user_id: str) -> list[TreeNode]:

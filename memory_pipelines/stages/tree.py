@@ -1,8 +1,9 @@
 """Stage `memory_tree`: the temporal tree. Every session whose chunks the window's days'
 runs wrote has its session tree built again as it is now (a session tree is built from all
 its chunks, so a day-by-day run ends the same), once for the whole window; then the scene
-trees of those sessions' users (and of users whose scene tree forget removed). Unchanged
-nodes are left alone, so a new day rewrites only the nodes on its path."""
+trees of those sessions' users (and of users whose scene tree forget removed); then the
+entity trees of the users whose graph, entries or facts those days wrote. Unchanged nodes
+are left alone, so a new day rewrites only the nodes on its path."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window, session_batches
-from memory_pipelines.tree import MAX_CHILDREN, build_scene_tree, build_session_tree
+from memory_pipelines.tree import MAX_CHILDREN, build_entity_tree, build_scene_tree, build_session_tree
 
 ASSET = "memory_tree"
 
@@ -27,6 +28,7 @@ class Settings:
 class TreeCounts(Counts):
     session_trees: int = 0
     scene_trees: int = 0
+    entity_trees: int = 0
     nodes_written: int = 0
     nodes_removed: int = 0
 
@@ -58,6 +60,19 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
     counts.nodes_removed += removed
     counts.scene_trees = len({n.tree_key for n in scenes})
     report.users.update(users)
+    with pool.connection() as conn, conn.transaction():
+        owners = [r[0] for r in conn.execute(query("users_with_entities_to_grow"),
+                                             {"first": window.first, "last": window.last})]
+        items = repository.users_entity_items(conn, owners)
+        entities = [n for (user_id, entity), about in items.items() for n in build_entity_tree(user_id, entity, about)]
+        # every entity tree of these users: one whose entity left the graph goes
+        stored = [r[0] for r in conn.execute(query("user_entity_trees"), {"user_ids": owners})]
+        written, removed = repository.store_tree(conn, "entity", sorted({*stored, *(n.tree_key for n in entities)}),
+                                                 entities, window.run_id)
+    counts.nodes_written += written
+    counts.nodes_removed += removed
+    counts.entity_trees = len({n.tree_key for n in entities})
+    report.users.update(owners)
     report.preview = [{"tree": f"{n.tree_kind} {n.tree_key}", "node": n.node_key, "level": n.level,
                        "summary": n.summary[:120]} for n in scenes if n.parent_key is None][:5]
     report.check_scope = {"user_ids": sorted(report.users)}

@@ -186,10 +186,11 @@ WHERE a.partition_key = ANY(%(partition_keys)s);
 
 -- name: tree_check_rows
 -- The trees of the users a run grew: each node under a parent one level up (or a top
--- node), its spans turns of its own user's sessions, a session tree's leaf a chunk's span.
+-- node), its spans turns of its own user's sessions (an entity tree's leaf written through
+-- the API has none), a session tree's leaf a chunk's span.
 SELECT t.tree_kind, t.tree_key, t.node_key,
        t.parent_key IS NULL OR coalesce(p.level = t.level + 1, false) AS parent_above,
-       jsonb_array_length(t.spans) > 0 AND NOT EXISTS (
+       (jsonb_array_length(t.spans) > 0 OR t.tree_kind = 'entity') AND NOT EXISTS (
            SELECT 1 FROM jsonb_to_recordset(t.spans) AS sp(session_id text, seq_start bigint, seq_end bigint)
            LEFT JOIN sessions s ON s.session_id = sp.session_id
            WHERE s.user_id IS DISTINCT FROM t.user_id OR sp.seq_end < sp.seq_start) AS spans_of_user,

@@ -144,9 +144,10 @@ DELETE FROM memory_chunks WHERE user_id = %(user_id)s AND session_id = ANY(%(ses
 -- name: forget_memory_turns
 DELETE FROM memory_turns WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s);
 -- name: forget_memory_tree
--- The sessions' trees and the user's scene tree (its nodes condense every session's: the
--- next run builds it again from the sessions left).
-DELETE FROM memory_tree WHERE user_id = %(user_id)s AND (tree_kind = 'scene' OR tree_key = ANY(%(session_ids)s));
+-- The sessions' trees and the user's scene and entity trees (their nodes condense every
+-- session's: the next run builds them again from what is left).
+DELETE FROM memory_tree WHERE user_id = %(user_id)s
+  AND (tree_kind IN ('scene', 'entity') OR tree_key = ANY(%(session_ids)s));
 -- name: forget_memory_turn_stats
 DELETE FROM memory_turn_stats WHERE user_id = %(user_id)s;
 -- name: forget_sketches

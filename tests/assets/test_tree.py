@@ -104,11 +104,37 @@ def test_forget_takes_a_sessions_tree_and_its_users_scene_tree_the_next_run_buil
         assert report["memory_tree"] > 0
         assert repository.tree_nodes(conn, "bob", "session", session_id) == []
         assert repository.tree_nodes(conn, "bob", "scene", "bob") == []
+        assert repository.tree_nodes(conn, "bob", "entity", "bob:ledger-api") == []
         assert [n.content_hash for n in repository.tree_nodes(conn, "alice", "scene", "alice")] == alice_before
     _grow(sample_url, SAMPLE_DAYS[-1])
     with psycopg.connect(sample_url) as conn:
         scene = repository.tree_nodes(conn, "bob", "scene", "bob")
         assert scene and f"session:{session_id}" not in {n.node_key for n in scene}
+        entity = repository.tree_nodes(conn, "bob", "entity", "bob:ledger-api")
+        assert entity and not {s.session_id for n in entity for s in n.spans} & {session_id}
+
+
+def test_an_entity_tree_holds_what_memory_says_about_the_entity_over_time(sample_url):
+    with psycopg.connect(sample_url) as conn:
+        nodes = repository.tree_nodes(conn, "bob", "entity", "bob:ledger-api")
+        leaves = {n.node_key: n for n in nodes if n.level == 0}
+        relations = [n.summary for k, n in leaves.items() if k.startswith("relation:")]
+        assert "ledger-api listens_on 8080 (until 2026-10-09)" in relations and "ledger-api listens_on 9090" in relations
+        assert any(k.startswith("fact:") and n.summary.endswith("ledger_api_port: 9090") for k, n in leaves.items())
+        assert any(k.startswith("entry:") for k in leaves)
+        # each item once, under its day, month and year; its spans are bob's turns
+        assert len(leaves) == conn.execute("SELECT count(*) FROM memory_tree WHERE tree_key = 'bob:ledger-api' "
+                                           "AND level = 0").fetchone()[0]
+        by_key = {n.node_key: n for n in nodes}
+        for leaf in leaves.values():
+            day = by_key[leaf.parent_key]
+            assert day.node_key == f"day:{leaf.started_at:%Y-%m-%d}"
+            assert by_key[day.parent_key].parent_key == f"year:{leaf.started_at:%Y}"
+        bobs = {r[0] for r in conn.execute("SELECT session_id FROM sessions WHERE user_id = 'bob'")}
+        assert {s.session_id for n in leaves.values() for s in n.spans} <= bobs
+        users = {r[0] for r in conn.execute("SELECT DISTINCT user_id FROM entity_graph")}
+        trees = {r[0] for r in conn.execute("SELECT DISTINCT user_id FROM memory_tree WHERE tree_kind = 'entity'")}
+        assert users == trees and len(users) > 2
 
 
 def test_forest_recall_serves_passages_inside_the_leaves_it_reached_with_their_path_and_only_the_users(sample_url):

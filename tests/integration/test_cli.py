@@ -246,7 +246,10 @@ def test_tree_show_prints_bobs_scene_and_session_trees_and_names_what_to_fix(mak
     assert "passage · turn #" in forest.stdout and "   via month:2026-10 › week:2026-10:" in forest.stdout
     refused = cli("search", "port", "--admin", "--mode", "forest")
     assert refused.returncode != 0 and "--mode forest descends one user's trees" in refused.stderr
-    for args, message in ((("--user", "bob", "--entity", "ledger-api"), "entity trees are not built yet"),
+    entity = cli("tree", "show", "--user", "bob", "--entity", "Ledger-API").stdout.splitlines()
+    assert entity[0].startswith("entity tree of Ledger-API (bob): ") and "- year:2026" in entity[1]
+    assert any("- relation:" in line for line in entity) and any("ledger-api listens_on 9090" in line for line in entity)
+    for args, message in ((("--user", "bob", "--entity", "ledger"), "entities with a tree: ledger-api"),
                           (("--user", "alice", "--session", "s-bob-0005"), "belongs to another user"),
                           (("--user", "bob", "--depth", "0"), "--depth must be at least 1")):
         failed = cli("tree", "show", *args)

@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory_pipelines.chunks import Chunk
-from memory_pipelines.tree import Span, build_scene_tree, build_session_tree, descend, sentences
+from memory_pipelines.tree import (
+    EntityItem, Span, build_entity_tree, build_scene_tree, build_session_tree, descend, sentences,
+)
 
 T0 = datetime(2026, 9, 28, 9, tzinfo=UTC)
 
@@ -117,3 +119,23 @@ def test_forest_descent_follows_the_search_hits_among_a_nodes_turns_over_its_sum
     [by_words] = descend(a + b + scene, {"port"}, beam=1)
     [by_hits] = descend(a + b + scene, {"port"}, beam=1, hits={"b": [(4, 0.9)]})
     assert (by_words[-1].tree_key, by_hits[-1].tree_key) == ("a", "b")
+
+
+def test_an_entity_tree_holds_each_item_once_by_day_month_and_year():
+    def item(kind, ident, day, text, session="s1"):
+        return EntityItem(kind, ident, datetime(2025 + day // 400, 1 + (day % 400) // 32, 1 + day % 32, tzinfo=UTC),
+                          (Span(session, ident, ident + 1),), text, ("listens_on",))
+
+    items = [item("relation", 1, 2, "api listens_on 8080"), item("fact", 2, 2, "decisions/api_port: 8080"),
+             item("relation", 3, 40, "api listens_on 9090"), item("entry", 4, 401, "api moved to the new cluster")]
+    nodes = build_entity_tree("u1", "API", items)
+    assert {n.tree_kind for n in nodes} == {"entity"} and {n.tree_key for n in nodes} == {"u1:api"}
+    leaves = [n for n in nodes if n.level == 0]
+    assert sorted(n.node_key for n in leaves) == ["entry:4", "fact:2", "relation:1", "relation:3"]
+    assert all(n.keys[0] == "API" for n in leaves)
+    by_key = {n.node_key: n for n in nodes}
+    assert [n.node_key for n in nodes if n.parent_key is None] == ["year:2025", "year:2026"]
+    assert by_key["relation:1"].parent_key == by_key["fact:2"].parent_key == "day:2025-01-03"
+    assert by_key["day:2025-02-09"].parent_key == "month:2025-02" and by_key["month:2025-02"].parent_key == "year:2025"
+    assert "api listens_on 8080" in by_key["year:2025"].summary and "9090" in by_key["month:2025-02"].summary
+    assert build_entity_tree("u1", "api", []) == []
