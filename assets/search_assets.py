@@ -8,7 +8,7 @@ import dagster as dg
 from assets.asset_checks import quality_check_specs
 from assets.materialization import stage_results, stage_window
 from assets.partitions import DAILY_ASSET
-from assets.resources import EmbedderResource, PostgresResource
+from assets.resources import EmbedderResource, ModelResource, PostgresResource
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.stages import embeddings, sketches as sketch_stage, tree, turns
 from memory_pipelines.stages.common import Backends
@@ -64,14 +64,17 @@ def memory_turns(context: dg.AssetExecutionContext, postgres: PostgresResource) 
         "internal nodes condense at most 8 children each (one more level when a level outgrows that); per user, "
         "a scene tree of their sessions by day, week within the month, and month; per entity of a user's graph, "
         "an entity tree of the relations, entries and facts about it by day, month and year. Each node has its "
-        "time span, seq spans and an extractive summary (keys and key sentences). Built again for the sessions "
+        "time span, seq spans and a summary: extractive (keys and key sentences) with the rules back end, one call "
+        "of the configured model per new or changed internal node otherwise. Built again for the sessions "
         "whose chunks the day wrote and the users whose graph, entries or facts it wrote; unchanged nodes are "
         "left alone. `memory-pipelines tree show --user U [--session S | --entity E]`."
     ),
 )
-def memory_tree(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
-    report = tree.run(get_pool(postgres.url()), stage_window(context))
-    yield from stage_results(context, postgres, report)
+def memory_tree(context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource) -> Iterator:
+    pool = get_pool(postgres.url())
+    with llm.backend_for_run(pool, context.run_id) as writer:
+        report = tree.run(pool, stage_window(context), tree.Settings(), Backends(writer=writer))
+    yield from stage_results(context, postgres, report, stop_on_failure=True)
 
 
 @dg.asset(

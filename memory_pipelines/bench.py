@@ -203,7 +203,7 @@ def distill_markdown(result: DistillBench) -> str:
     purposes_by_stage = {"conversation_segments": ("judge_segments",),
                          "session_summaries": ("summarize", "find_overturned"),
                          "memory_facts": ("extract_facts", "summarize_facts"),
-                         "knowledge_entries": ("synthesize_knowledge",)}
+                         "knowledge_entries": ("synthesize_knowledge",), "memory_tree": ("summarize_node",)}
     for stage, seconds in result.stage_seconds.items():
         purposes = purposes_by_stage.get(stage, ())
         calls = sum(result.calls_by_purpose.get(p, 0) for p in purposes)

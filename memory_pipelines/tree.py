@@ -80,6 +80,8 @@ class TreeNode:
     spans: tuple[Span, ...]
     keys: tuple[str, ...]
     summary: str
+    model: str = MODEL  # what wrote the summary
+    source_hash: str | None = None  # a model-written summary: what it was written from
 
     @property
     def content_hash(self) -> str:
@@ -87,6 +89,8 @@ class TreeNode:
         parts = [self.tree_kind, self.tree_key, self.node_key, self.level, self.parent_key, self.position,
                  self.started_at.isoformat(), self.ended_at.isoformat(),
                  [[s.session_id, s.seq_start, s.seq_end] for s in self.spans], list(self.keys), self.summary]
+        if self.source_hash is not None:  # (so the rules' nodes keep the hashes they had)
+            parts += [self.model, self.source_hash]
         return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
 
 

@@ -23,7 +23,7 @@ from memory_pipelines.llm.backends import ModelCall
 from memory_pipelines.records import ForkPoint, Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow
 from memory_pipelines.segments import SessionJudgement
 from memory_pipelines.summaries import StoredVersion, SummaryState, SummaryVersion
-from memory_pipelines.tree import MODEL as TREE_MODEL, EntityItem, Span, TreeNode
+from memory_pipelines.tree import EntityItem, Span, TreeNode
 
 ARCHIVE_TABLES = ("messages", "sessions", "quarantine")
 
@@ -676,6 +676,13 @@ def tree_nodes(conn: psycopg.Connection, user_id: str, tree_kind: str, tree_key:
                                                              "tree_key": tree_key})]
 
 
+def tree_written_summaries(conn: psycopg.Connection, tree_kind: str,
+                           tree_keys: Sequence[str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(tree, node) -> (what its stored model-written summary was written from, the summary)."""
+    return {(tree_key, node_key): (source, summary) for tree_key, node_key, source, summary in conn.execute(
+        query("tree_written_summaries"), {"tree_kind": tree_kind, "tree_keys": list(tree_keys)})}
+
+
 def store_tree(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str], nodes: Sequence[TreeNode],
                run_id: str) -> tuple[int, int]:
     """The trees' nodes as `nodes` say (unchanged ones untouched, the others' gone);
@@ -688,9 +695,10 @@ def store_tree(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str
         with conn.cursor() as cur:
             cur.executemany(query("upsert_tree_node"), [
                 {**{f: getattr(n, f) for f in ("user_id", "tree_kind", "tree_key", "node_key", "level", "parent_key",
-                                               "position", "started_at", "ended_at", "summary")},
+                                               "position", "started_at", "ended_at", "summary", "model",
+                                               "source_hash")},
                  "spans": Jsonb([asdict(s) for s in n.spans]), "keys": list(n.keys), "content_hash": n.content_hash,
-                 "model": TREE_MODEL, "run_id": run_id} for n in changed])
+                 "run_id": run_id} for n in changed])
             written = cur.rowcount
     removed = conn.execute(query("delete_tree_nodes_except"), {
         "tree_kind": tree_kind, "tree_keys": list(tree_keys), "kept_trees": [n.tree_key for n in nodes],

@@ -15,7 +15,7 @@ import httpx
 from memory_pipelines.llm.config import ModelConfig
 from memory_pipelines.llm.http import HttpCallError, post_json
 from memory_pipelines.llm.prompts import (
-    EXTRACT_FACTS, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS,
+    EXTRACT_FACTS, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS, SUMMARIZE_NODE,
     SYNTHESIZE_KNOWLEDGE, Prompt,
 )
 from memory_pipelines.records import Message, NoiseVerdict, Segment, Summary, SummaryFormatError
@@ -100,6 +100,13 @@ def _numbers(data: Any, field: str) -> set[int]:
     if not isinstance(data, dict) or not isinstance(data.get(field), list):
         raise SummaryFormatError(f"expected {{\"{field}\": [numbers]}}")
     return {int(n) for n in data[field] if isinstance(n, (int, float, str)) and str(n).strip().isdigit()}
+
+
+def _summary_text(data: Any) -> str:
+    """The text of a {"summary": "..."} answer."""
+    if not isinstance(data, dict) or not isinstance(data.get("summary"), str) or not data["summary"].strip():
+        raise SummaryFormatError('expected {"summary": "..."}')
+    return data["summary"].strip()
 
 
 class ModelBackend(ABC):
@@ -317,13 +324,13 @@ class PromptedBackend(ModelBackend):
 
     def summarize_facts(self, facts):
         listing = "\n".join(f"- [{c}] {k}: {v}" for c, k, v in facts)
+        return self._ask(SUMMARIZE_FACTS, SUMMARIZE_FACTS.system, listing, _summary_text)
 
-        def parse(data):
-            if not isinstance(data, dict) or not isinstance(data.get("summary"), str) or not data["summary"].strip():
-                raise SummaryFormatError('expected {"summary": "..."}')
-            return data["summary"].strip()
-
-        return self._ask(SUMMARIZE_FACTS, SUMMARIZE_FACTS.system, listing, parse)
+    def summarize_node(self, parts: Sequence[str]) -> tuple[str, ModelCall]:
+        """A temporal tree node's summary from its children's, oldest first (the rules back
+        end has no such call: its summaries are the extractive ones the tree is built with)."""
+        listing = "\n".join(" ".join(p.split()) for p in parts)
+        return self._ask(SUMMARIZE_NODE, SUMMARIZE_NODE.system, listing, _summary_text)
 
 
     def synthesize_knowledge(self, messages, transcript, summary):

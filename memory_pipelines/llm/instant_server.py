@@ -54,6 +54,8 @@ def _purpose(system: str) -> str:
         return "summarize_facts"
     if "Distill durable knowledge" in system:
         return "synthesize_knowledge"
+    if "Condense the summaries" in system:
+        return "summarize_node"
     return "unknown"
 
 
@@ -85,6 +87,9 @@ def default_answer(request: Request, number: int) -> dict:
         return {"summary": f"{request.user.count(chr(10)) + 1} facts known."}
     if request.purpose == "synthesize_knowledge":
         return {"entries": [], "relations": []}
+    if request.purpose == "summarize_node":
+        first = request.user.split("\n", 1)[0]
+        return {"summary": f"{request.user.count(chr(10)) + 1} parts, from: {first[:60]}"}
     return {}
 
 

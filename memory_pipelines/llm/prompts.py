@@ -85,3 +85,8 @@ data). Also list relations between entities as (subject, relation, object), "use
 the person. Reply with one JSON object only:
 {"entries": [{"kind": "...", "title": "...", "content": "...", "tags": [], "confidence": 0.0, "scope": "entity", "seq": <line number>}],
  "relations": [{"subject": "...", "relation": "snake_case", "object": "...", "confidence": 0.0, "seq": <line number>}]}""")
+
+SUMMARIZE_NODE = Prompt("summarize_node", """\
+Condense the summaries below, of consecutive parts of one user's conversation history (one
+per line, oldest first), into one summary of at most three sentences that keeps the names,
+numbers and decisions they hold. Reply with one JSON object only: {"summary": "..."}""")

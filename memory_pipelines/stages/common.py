@@ -134,9 +134,10 @@ class StageFailure:
     reason: str
     budget_reached: bool = False  # stopped by the run's token budget: a retry cannot help
     user_id: str | None = None  # for work of a user's rather than a session's
+    work: str = "memory_summary"  # what of the user's it was
 
     def __str__(self) -> str:
-        subject = self.session_id or f"memory_summary of {self.user_id}"
+        subject = self.session_id or f"{self.work} of {self.user_id}"
         return f"{subject} {self.partition_key}: {self.reason}" if self.partition_key else f"{subject}: {self.reason}"
 
 

@@ -3,18 +3,27 @@ runs wrote has its session tree built again as it is now (a session tree is buil
 its chunks, so a day-by-day run ends the same), once for the whole window; then the scene
 trees of those sessions' users (and of users whose scene tree forget removed); then the
 entity trees of the users whose graph, entries or facts those days wrote. Unchanged nodes
-are left alone, so a new day rewrites only the nodes on its path."""
+are left alone, so a new day rewrites only the nodes on its path (and, with a model back
+end, calls the model for those nodes only)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
-from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window, session_batches
-from memory_pipelines.tree import MAX_CHILDREN, build_entity_tree, build_scene_tree, build_session_tree
+from memory_pipelines.llm.backends import ModelError, PromptedBackend
+from memory_pipelines.llm.prompts import SUMMARIZE_NODE
+from memory_pipelines.stages.common import (
+    NO_BACKENDS, Backends, CallContext, Counts, StageFailure, StageReport, Window, session_batches,
+)
+from memory_pipelines.tree import MAX_CHILDREN, TreeNode, build_entity_tree, build_scene_tree, build_session_tree
 
 ASSET = "memory_tree"
 
@@ -35,7 +44,13 @@ class TreeCounts(Counts):
 
 def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
         backends: Backends = NO_BACKENDS) -> StageReport[TreeCounts]:
-    report = StageReport(TreeCounts())
+    """The trees the window's days changed. With a model back end as `writer`, each new or
+    changed internal node's summary is written by one call from its children's (a node
+    whose children's summaries did not change keeps its own); the rules back end's are the
+    extractive ones the trees are built with. A tree whose call failed is left as stored."""
+    ctx = CallContext(window.run_id, ASSET)
+    writer = backends.writer if isinstance(backends.writer, PromptedBackend) else None
+    report = StageReport(TreeCounts(), calls_models=writer is not None)
     counts = report.counts
     with pool.connection() as conn:
         sessions = [r[0] for r in conn.execute(query("sessions_to_grow"), {"first": window.first, "last": window.last})]
@@ -43,8 +58,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
         with pool.connection() as conn, conn.transaction():
             repository.lock_sessions(conn, batch)
             leaves = repository.sessions_chunk_leaves(conn, batch)
-            nodes = [n for session_id in batch
-                     for n in build_session_tree(leaves.get(session_id, []), settings.max_children)]
+            nodes = _summarized(conn, "session", batch, [
+                n for session_id in batch for n in build_session_tree(leaves.get(session_id, []), settings.max_children)],
+                writer, ctx, window.last, report)
             written, removed = repository.store_tree(conn, "session", batch, nodes, window.run_id)
         counts.nodes_written += written
         counts.nodes_removed += removed
@@ -54,7 +70,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
     with pool.connection() as conn, conn.transaction():
         users = sorted(report.users | {r[0] for r in conn.execute(query("users_without_scene_tree"))})
         roots = repository.users_session_roots(conn, users)
-        scenes = [n for user_id in users for n in build_scene_tree(user_id, roots.get(user_id, []))]
+        scenes = _summarized(conn, "scene", users, [
+            n for user_id in users for n in build_scene_tree(user_id, roots.get(user_id, []))],
+            writer, ctx, window.last, report)
         written, removed = repository.store_tree(conn, "scene", users, scenes, window.run_id)
     counts.nodes_written += written
     counts.nodes_removed += removed
@@ -64,11 +82,12 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
         owners = [r[0] for r in conn.execute(query("users_with_entities_to_grow"),
                                              {"first": window.first, "last": window.last})]
         items = repository.users_entity_items(conn, owners)
-        entities = [n for (user_id, entity), about in items.items() for n in build_entity_tree(user_id, entity, about)]
+        built = [n for (user_id, entity), about in items.items() for n in build_entity_tree(user_id, entity, about)]
         # every entity tree of these users: one whose entity left the graph goes
-        stored = [r[0] for r in conn.execute(query("user_entity_trees"), {"user_ids": owners})]
-        written, removed = repository.store_tree(conn, "entity", sorted({*stored, *(n.tree_key for n in entities)}),
-                                                 entities, window.run_id)
+        keys = sorted({*(r[0] for r in conn.execute(query("user_entity_trees"), {"user_ids": owners})),
+                       *(n.tree_key for n in built)})
+        entities = _summarized(conn, "entity", keys, built, writer, ctx, window.last, report)
+        written, removed = repository.store_tree(conn, "entity", keys, entities, window.run_id)
     counts.nodes_written += written
     counts.nodes_removed += removed
     counts.entity_trees = len({n.tree_key for n in entities})
@@ -77,3 +96,49 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
                        "summary": n.summary[:120]} for n in scenes if n.parent_key is None][:5]
     report.check_scope = {"user_ids": sorted(report.users)}
     return report
+
+
+def _summarized(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str], nodes: list[TreeNode],
+                writer: PromptedBackend | None, ctx: CallContext, partition_key: str,
+                report: StageReport[TreeCounts]) -> list[TreeNode]:
+    """The trees' nodes with their internal nodes' summaries written by `writer`, bottom up
+    (None: the extractive ones as built). A tree whose call failed keeps its stored nodes:
+    its nodes are left out of what is stored, and a stage failure says why."""
+    if writer is None or not nodes:
+        return nodes
+    stored = repository.tree_written_summaries(conn, tree_kind, tree_keys)
+    children: dict[tuple[str, str | None], list[TreeNode]] = {}
+    for node in nodes:
+        children.setdefault((node.tree_key, node.parent_key), []).append(node)
+    done: dict[tuple[str, str], TreeNode] = {}
+    failed: set[str] = set()
+    calls = []
+    for node in sorted(nodes, key=lambda n: n.level):
+        key = (node.tree_key, node.node_key)
+        if node.level == 0 or node.tree_key in failed:
+            done[key] = node
+            continue
+        parts = [done[(node.tree_key, c.node_key)].summary
+                 for c in sorted(children[key], key=lambda c: c.position)]
+        source = hashlib.sha256(json.dumps([writer.name, writer.model, writer.prompt_version(SUMMARIZE_NODE),
+                                            parts], ensure_ascii=False).encode()).hexdigest()
+        kept = stored.get(key)
+        if kept is not None and kept[0] == source:
+            summary = kept[1]
+        else:
+            try:
+                summary, call = writer.summarize_node(parts)
+            except ModelError as exc:
+                calls.append(exc.call)
+                failed.add(node.tree_key)
+                report.failures.append(StageFailure(
+                    node.tree_key if tree_kind == "session" else None, partition_key,
+                    f"{tree_kind} tree {node.tree_key}, node {node.node_key}: {exc}", exc.call.budget_reached,
+                    node.user_id, f"{tree_kind} tree"))
+                done[key] = node
+                continue
+            calls.append(call)
+        done[key] = replace(node, summary=summary, model=writer.model, source_hash=source)
+    ctx.record(conn, calls, partition_key, None)
+    report.calls.extend(calls)
+    return [done[(n.tree_key, n.node_key)] for n in nodes if n.tree_key not in failed]

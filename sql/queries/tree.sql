@@ -19,15 +19,16 @@ WHERE tree_kind = %(tree_kind)s AND tree_key = ANY(%(tree_keys)s);
 
 -- name: upsert_tree_node
 INSERT INTO memory_tree AS t (user_id, tree_kind, tree_key, node_key, level, parent_key, position, started_at,
-                              ended_at, spans, keys, summary, content_hash, model, partition_key, run_id)
+                              ended_at, spans, keys, summary, content_hash, model, source_hash, partition_key, run_id)
 VALUES (%(user_id)s, %(tree_kind)s, %(tree_key)s, %(node_key)s, %(level)s, %(parent_key)s, %(position)s,
-        %(started_at)s, %(ended_at)s, %(spans)s, %(keys)s, %(summary)s, %(content_hash)s, %(model)s,
+        %(started_at)s, %(ended_at)s, %(spans)s, %(keys)s, %(summary)s, %(content_hash)s, %(model)s, %(source_hash)s,
         to_char(%(ended_at)s AT TIME ZONE 'UTC', 'YYYY-MM-DD'), %(run_id)s)
 ON CONFLICT (tree_kind, tree_key, node_key) DO UPDATE
 SET user_id = EXCLUDED.user_id, level = EXCLUDED.level, parent_key = EXCLUDED.parent_key,
     position = EXCLUDED.position, started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
     spans = EXCLUDED.spans, keys = EXCLUDED.keys, summary = EXCLUDED.summary, content_hash = EXCLUDED.content_hash,
-    model = EXCLUDED.model, partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id
+    model = EXCLUDED.model, source_hash = EXCLUDED.source_hash, partition_key = EXCLUDED.partition_key,
+    run_id = EXCLUDED.run_id
 WHERE t.content_hash <> EXCLUDED.content_hash;
 
 -- name: delete_tree_nodes_except
@@ -125,3 +126,8 @@ ORDER BY 1;
 -- name: user_entity_trees
 -- The users' stored entity trees (their keys).
 SELECT DISTINCT tree_key FROM memory_tree WHERE tree_kind = 'entity' AND user_id = ANY(%(user_ids)s);
+
+-- name: tree_written_summaries
+-- The model-written summaries of the trees' nodes, with what each was written from.
+SELECT tree_key, node_key, source_hash, summary FROM memory_tree
+WHERE tree_kind = %(tree_kind)s AND tree_key = ANY(%(tree_keys)s) AND source_hash IS NOT NULL;

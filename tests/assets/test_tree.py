@@ -4,17 +4,21 @@ only the nodes on its path, forget takes a session's tree and its user's scene t
 
 from __future__ import annotations
 
+import shutil
 from datetime import timedelta
 
 import dagster as dg
 import psycopg
 import pytest
 
+from assets.definitions import all_assets
+from assets.resources import ModelResource
 from assets.search_assets import memory_tree
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.db import repository
 from memory_pipelines.lifecycle import forget
-from tests.helpers import QUIET, SAMPLE_DAYS, pipeline_resources
+from tests.fakes import FakeModelServer
+from tests.helpers import QUIET, SAMPLE_DAYS, materialize_partitions, pipeline_resources
 
 
 def _tree_rows(conn) -> dict[tuple, tuple]:
@@ -161,3 +165,35 @@ def test_forest_recall_serves_passages_inside_the_leaves_it_reached_with_their_p
             search.search_forest("port", None)
         conn.rollback()
     embedder.close()
+
+
+def test_a_model_back_end_writes_each_new_or_changed_internal_node_once(make_database, tmp_path):
+    folder = tmp_path / "bob"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder / "bob")
+    url = make_database()
+    server = FakeModelServer()
+    model = ModelResource(backend="ollama", base_url=server.url, model="fake-llm", retries=1, backoff_s=0.0)
+    resources = pipeline_resources(url, folder, llm=model, decision=model)
+    try:
+        materialize_partitions(all_assets, SAMPLE_DAYS, url, folder, resources=resources)
+        asked = server.by_purpose("summarize_node")
+        with psycopg.connect(url) as conn:
+            internal = conn.execute("SELECT tree_kind, model, summary, source_hash FROM memory_tree "
+                                    "WHERE level > 0").fetchall()
+            logged = conn.execute("SELECT count(*) FROM llm_calls WHERE asset = 'memory_tree' "
+                                  "AND purpose = 'summarize_node' AND status = 'ok'").fetchone()[0]
+        # every internal node is the model's, one call each (the fake model distils no graph: no entity trees)
+        assert {kind for kind, *_ in internal} == {"session", "scene"}
+        assert all(m == "fake-llm" and " parts, from: " in s and h for _, m, s, h in internal)
+        assert len(asked) >= len(internal) and logged == len(asked)
+        before = _tree_rows_of(url)
+        materialize_partitions([memory_tree], SAMPLE_DAYS[-3:], url, folder, resources=resources)
+        assert len(server.by_purpose("summarize_node")) == len(asked)  # nothing changed: no call
+        assert _tree_rows_of(url) == before
+    finally:
+        server.close()
+
+
+def _tree_rows_of(url: str) -> dict[tuple, tuple]:
+    with psycopg.connect(url) as conn:
+        return _tree_rows(conn)

@@ -98,7 +98,7 @@ def undisturbed(make_module_database, folder) -> tuple[dict, Counter]:
         server.close()
     calls = Counter(r.purpose for r in server.requests)
     assert set(calls) == {"judge_segments", "summarize", "find_overturned", "extract_facts", "summarize_facts",
-                        "synthesize_knowledge"}
+                        "synthesize_knowledge", "summarize_node"}
     assert rows(url, "SELECT count(*) FROM conversation_segments WHERE dropped")[0][0] > 0
     assert rows(url, "SELECT count(*) FROM session_summary_versions WHERE trimmed <> '[]'")[0][0] > 0
     assert rows(url, "SELECT count(*) FROM knowledge_entry_versions")[0][0] > 1
