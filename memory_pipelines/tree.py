@@ -59,7 +59,7 @@ class EntityItem:
     """A relation, knowledge entry or fact about an entity: an entity tree's leaf."""
 
     kind: str  # relation | entry | fact
-    id: int
+    key: str  # what it is: "subject relation object@valid_from", the entry's key, "category/key"
     at: datetime  # when it was said (conversation time)
     spans: tuple[Span, ...]  # the turns it came from (none: written through the API)
     text: str
@@ -223,7 +223,7 @@ def build_entity_tree(user_id: str, entity: str, items: Sequence[EntityItem]) ->
     """An entity's tree: each item about it a leaf (its text, the entity and the item's own
     keys), grouped by the day it was said, then month, then year (the top nodes)."""
     key = entity_tree_key(user_id, entity)
-    leaves = sorted((TreeNode(user_id, "entity", key, f"{i.kind}:{i.id}", 0, None, 0, i.at, i.at, i.spans,
+    leaves = sorted((TreeNode(user_id, "entity", key, f"{i.kind}:{i.key}", 0, None, 0, i.at, i.at, i.spans,
                               tuple(dict.fromkeys((entity, *i.keys)))[:NODE_KEYS], clip(i.text, SENTENCE_CHARS))
                      for i in items), key=lambda n: (n.started_at, n.node_key))
     return _grouped_by_time(leaves, (lambda t: f"day:{t:%Y-%m-%d}", lambda t: f"month:{t:%Y-%m}",

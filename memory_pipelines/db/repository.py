@@ -655,10 +655,10 @@ def users_session_roots(conn: psycopg.Connection, user_ids: Sequence[str]) -> di
 def users_entity_items(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[tuple[str, str], list[EntityItem]]:
     """(user, entity) -> what the user's memory holds about the entity, in time order."""
     items: dict[tuple[str, str], list[EntityItem]] = {}
-    for user_id, entity, kind, ident, at, text, keys, session_id, first, last in conn.execute(
+    for user_id, entity, kind, item_key, at, text, keys, session_id, first, last in conn.execute(
             query("users_entity_items"), {"user_ids": list(user_ids)}):
         spans = (Span(session_id, first, last),) if session_id is not None else ()
-        items.setdefault((user_id, entity), []).append(EntityItem(kind, ident, at, spans, text, tuple(keys)))
+        items.setdefault((user_id, entity), []).append(EntityItem(kind, item_key, at, spans, text, tuple(keys)))
     return items
 
 

@@ -76,12 +76,16 @@ ORDER BY tree_kind, tree_key, level DESC, position;
 -- What each user's memory holds about each entity of their graph (a subject of a relation):
 -- the relations it is in, the knowledge entries naming it (title or tag) and the current
 -- facts whose key or value names it (`_`, `-` and spaces alike), each with the time it was
--- said and its source turns (none for rows written through the API: no session of theirs).
+-- said and its source turns (none for rows written through the API: no session of theirs),
+-- named by what it is rather than by a serial id (the same memory, the same tree).
 WITH entities AS (
     SELECT DISTINCT user_id, lower(subject) AS entity, translate(lower(subject), '_ ', '--') AS spelled
     FROM entity_graph WHERE user_id = ANY(%(user_ids)s)
 ), items AS (
-    SELECT e.user_id, e.entity, 'relation' AS kind, g.id, g.valid_from AS at, g.session_id, g.seq_start, g.seq_end,
+    SELECT e.user_id, e.entity, 'relation' AS kind,
+           g.subject || ' ' || g.relation || ' ' || g.object || '@' || to_char(g.valid_from AT TIME ZONE 'UTC',
+                                                                             'YYYY-MM-DD"T"HH24:MI:SS') AS item_key,
+           g.valid_from AS at, g.session_id, g.seq_start, g.seq_end,
            g.subject || ' ' || g.relation || ' ' || g.object
                || CASE WHEN g.valid_until IS NOT NULL THEN ' (until ' || to_char(g.valid_until, 'YYYY-MM-DD') || ')'
                        ELSE '' END AS text,
@@ -89,7 +93,7 @@ WITH entities AS (
     FROM entities e
     JOIN entity_graph g ON g.user_id = e.user_id AND (lower(g.subject) = e.entity OR lower(g.object) = e.entity)
     UNION ALL
-    SELECT e.user_id, e.entity, 'entry', k.id, k.updated_at, k.session_id, k.seq_start, k.seq_end,
+    SELECT e.user_id, e.entity, 'entry', left(k.entry_key, 16), k.updated_at, k.session_id, k.seq_start, k.seq_end,
            CASE WHEN strpos(k.content, k.title) = 1 THEN k.content ELSE k.title || ': ' || k.content END,
            ARRAY[k.kind] || k.tags
     FROM entities e
@@ -97,18 +101,19 @@ WITH entities AS (
      AND (strpos(translate(lower(k.title), '_ ', '--'), e.spelled) > 0
           OR EXISTS (SELECT 1 FROM unnest(k.tags) AS tag WHERE translate(lower(tag), '_ ', '--') = e.spelled))
     UNION ALL
-    SELECT e.user_id, e.entity, 'fact', f.id, f.last_verified_at, f.session_id, f.seq_start, f.seq_end,
+    SELECT e.user_id, e.entity, 'fact', f.category || '/' || f.key, f.last_verified_at, f.session_id, f.seq_start,
+           f.seq_end,
            f.category || '/' || f.key || ': ' || f.value, ARRAY[f.category]
     FROM entities e
     JOIN memory_facts f ON f.user_id = e.user_id AND f.merged_into IS NULL
      AND (strpos(translate(lower(f.key), '_ ', '--'), e.spelled) > 0
           OR strpos(translate(lower(f.value), '_ ', '--'), e.spelled) > 0)
 )
-SELECT i.user_id, i.entity, i.kind, i.id, i.at, i.text, i.keys,
+SELECT i.user_id, i.entity, i.kind, i.item_key, i.at, i.text, i.keys,
        CASE WHEN EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = i.session_id AND s.user_id = i.user_id)
             THEN i.session_id END AS session_id, i.seq_start, i.seq_end
 FROM items i
-ORDER BY i.user_id, i.entity, i.at, i.kind, i.id;
+ORDER BY i.user_id, i.entity, i.at, i.kind, i.item_key;
 
 -- name: users_with_entities_to_grow
 -- The users whose graph, entries or facts the days' runs wrote: their entity trees are built

@@ -123,8 +123,9 @@ def test_forest_descent_follows_the_search_hits_among_a_nodes_turns_over_its_sum
 
 def test_an_entity_tree_holds_each_item_once_by_day_month_and_year():
     def item(kind, ident, day, text, session="s1"):
-        return EntityItem(kind, ident, datetime(2025 + day // 400, 1 + (day % 400) // 32, 1 + day % 32, tzinfo=UTC),
-                          (Span(session, ident, ident + 1),), text, ("listens_on",))
+        return EntityItem(kind, str(ident), datetime(2025 + day // 400, 1 + (day % 400) // 32, 1 + day % 32,
+                                                     tzinfo=UTC), (Span(session, ident, ident + 1),), text,
+                          ("listens_on",))
 
     items = [item("relation", 1, 2, "api listens_on 8080"), item("fact", 2, 2, "decisions/api_port: 8080"),
              item("relation", 3, 40, "api listens_on 9090"), item("entry", 4, 401, "api moved to the new cluster")]
