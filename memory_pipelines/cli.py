@@ -243,14 +243,13 @@ def cmd_context(args: argparse.Namespace) -> int:
     decision = None if args.all else build_backend(decision_config())
     try:
         with pool.connection() as conn:
-            context = context_for(conn, args.session, args.request, limit=args.limit, decision=decision)
+            context = context_for(conn, args.session, args.request, limit=args.limit, decision=decision,
+                                  include_forks=args.include_forks)
     finally:
         if decision is not None:
             decision.close()
     if args.json:
-        print(json.dumps({"session_id": context.session_id, "relevance": context.relevance,
-                          "summary": context.summary.to_json() if context.summary else None,
-                          "messages": context.chat_messages(args.request or "")}, ensure_ascii=False, indent=2))
+        print(json.dumps(context.to_json(args.request or ""), ensure_ascii=False, indent=2))
         return 0
     print(f"# context for {context.session_id} ({len(context.messages)} messages, summary: {context.relevance})")
     for message in context.chat_messages(args.request or ""):
@@ -971,6 +970,8 @@ def build_parser() -> argparse.ArgumentParser:
     ctx.add_argument("--limit", type=int, help="last messages to include (default: the context window, "
                                                "MEMORY_CONTEXT_MESSAGES, 16)")
     ctx.add_argument("--all", action="store_true", help="keep every summary entry (no decision model)")
+    ctx.add_argument("--include-forks", action="store_true",
+                     help="name the session's forks too (other branches), each with what it is about")
     ctx.add_argument("--json", action="store_true")
     ctx.set_defaults(func=cmd_context)
 

@@ -238,9 +238,10 @@ def create_app(service: MemoryService | None = None, settings: ApiSettings | Non
     async def context(request: Request, session_id: str, request_text: Annotated[str | None, Query(
                           alias="request", description="the next user message: the summary is filtered to it")] = None,
                       limit: Annotated[int | None, Query(ge=0, le=200, description=(
-                          "last messages (default: the context window, MEMORY_CONTEXT_MESSAGES)"))] = None, all_entries: bool = False) -> dict:
+                          "last messages (default: the context window, MEMORY_CONTEXT_MESSAGES)"))] = None, all_entries: bool = False,
+                      include_forks: bool = False) -> dict:
         return await run(request, lambda c: request.app.state.service.context(
-            c, session_id, request=request_text, limit=limit, all_entries=all_entries))
+            c, session_id, request=request_text, limit=limit, all_entries=all_entries, include_forks=include_forks))
 
     @app.post("/v1/recall", summary="automatic recall for the next turn (recorded in the session's ledger)")
     async def recall(request: Request, body: RecallBody) -> dict:

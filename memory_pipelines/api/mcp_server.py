@@ -156,8 +156,11 @@ def build_server(service: MemoryService, settings: ApiSettings | None = None) ->
         "filtered to what `request` (the next user message) needs. Call it when a session resumes."))
     async def context(session_id: str, ctx: Context, request: str | None = None,
                       limit: Annotated[int | None, Field(ge=0, le=200, description=(
-                          "last messages (default: the context window)"))] = None) -> Result:
-        return await run(ctx, lambda c: service.context(c, session_id, request=request, limit=limit))
+                          "last messages (default: the context window)"))] = None,
+                      include_forks: Annotated[bool, Field(description=(
+                          "name the session's forks too, labelled as other branches"))] = False) -> Result:
+        return await run(ctx, lambda c: service.context(c, session_id, request=request, limit=limit,
+                                                        include_forks=include_forks))
 
     @server.tool(description=(
         "Automatic recall for the next turn: up to k past excerpts relevant to the incoming message and the "

@@ -215,7 +215,7 @@ class MemoryService:
         return {"user_id": user, "categories": [{"category": c, "facts": n} for c, n in sorted(categories.items())]}
 
     def context(self, caller: Caller, session_id: str, *, request: str | None = None, limit: int | None = None,
-                all_entries: bool = False) -> dict:
+                all_entries: bool = False, include_forks: bool = False) -> dict:
         """A session's turn context: its last messages and the prior-summary block, the
         entries relevant to the request kept (the configured decision model)."""
         decision = None if all_entries else build_backend(self._decision())
@@ -223,13 +223,12 @@ class MemoryService:
             with self._conn() as conn:
                 self._own_session(conn, caller, session_id)
                 bounded = None if limit is None else max(0, min(200, limit))
-                ctx = context_for(conn, session_id, request, limit=bounded, decision=decision)
+                ctx = context_for(conn, session_id, request, limit=bounded, decision=decision,
+                                  include_forks=include_forks)
         finally:
             if decision is not None:
                 decision.close()
-        return {"session_id": session_id, "relevance": ctx.relevance,
-                "summary": ctx.summary.to_json() if ctx.summary else None,
-                "messages": ctx.chat_messages(request or "")}
+        return ctx.to_json(request or "")
 
     def recall(self, caller: Caller, session_id: str, incoming: str, *, recent: list[dict] | None = None,
                k: int = 2) -> dict:

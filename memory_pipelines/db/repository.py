@@ -55,6 +55,12 @@ def fork_points(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[st
         return {f.session_id: f for f in cur.execute(query("session_fork_points"), {"session_ids": list(session_ids)})}
 
 
+def forks_of(conn: psycopg.Connection, session_id: str) -> list[tuple[ForkPoint, str]]:
+    """The session's forks, each with its summary's current discussion ("" before it has one)."""
+    return [(ForkPoint(s, parent, at, user), current) for s, parent, at, user, current in conn.execute(
+        query("session_forks_of"), {"session_id": session_id})]
+
+
 def superseded_keys(conn: psycopg.Connection, session_ids: Sequence[str]) -> frozenset[tuple[str, int, str]]:
     return frozenset(conn.execute(query("superseded_keys"), {"session_ids": list(session_ids)}).fetchall())
 

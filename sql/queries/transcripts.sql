@@ -59,3 +59,10 @@ WHERE x.session_id = ANY(%(session_ids)s);
 INSERT INTO session_forks (session_id, parent_session_id, fork_seq, user_id, created_by)
 VALUES (%(session_id)s, %(parent_session_id)s, %(fork_seq)s, %(user_id)s, %(created_by)s)
 ON CONFLICT (session_id) DO NOTHING;
+
+-- name: session_forks_of
+-- A session's forks, oldest first, with their summaries' current discussion.
+SELECT f.session_id, f.parent_session_id, f.fork_seq, f.user_id, coalesce(s.summary ->> 'current_discussion', '')
+FROM session_forks f LEFT JOIN session_summaries s ON s.session_id = f.session_id
+WHERE f.parent_session_id = %(session_id)s
+ORDER BY f.created_at, f.session_id;

@@ -119,6 +119,15 @@ def test_a_fork_starts_from_its_parents_state_and_stays_apart(branched):
         fresh = fork_session(conn, PARENT, "s-gina-0001-b", 3, actor="test")
         early = context_for(conn, fresh.session_id)
         assert [m.seq for m in early.messages] == [1, 2, 3] and early.summary is None  # no parent version before 3
+        # the parent's context names its forks only when asked, labelled as other branches
+        assert context_for(conn, PARENT).forks == () and "Forks of this session" not in json.dumps(
+            context_for(conn, PARENT).chat_messages("hi"))
+        branches = context_for(conn, PARENT, include_forks=True)
+        assert [(n.fork.session_id, n.fork.fork_seq) for n in branches.forks] == [(FORK, 6), ("s-gina-0001-b", 3)]
+        assert "Fly volume billing_data" in branches.forks[0].current and branches.forks[1].current == ""
+        block = branches.chat_messages("what next?")[-1]["content"]
+        assert "Forks of this session (other branches, not this conversation):" in block
+        assert f"- {FORK} (fork after turn 6): " in block and "- s-gina-0001-b (fork after turn 3): not summarized yet" in block
 
 
 def test_merge_append_gives_the_tables_of_the_timeline_held_from_the_start(branched, make_database, tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from assets.definitions import all_assets
 from memory_pipelines.config import PACKAGE_DIR
 from memory_pipelines.search import UnifiedMemorySearch
+from memory_pipelines.session_context import context_for
 from tests.helpers import free_port, materialize_partitions, start_server
 from tests.integration.test_api_http import keys_cli, server_env
 from tests.integration.test_api_mcp import stdio_session, structured
@@ -48,6 +49,9 @@ def test_http_forks_merges_and_restores_for_the_keys_user_only(served):
         made = gina.post("/v1/forks", json={"session_id": PARENT, "new_session_id": "s-gina-0001-b", "at": 2})
         assert made.status_code == 200 and made.json()["fork"]["fork_seq"] == 2, made.text
         assert bob.post("/v1/forks", json={"session_id": PARENT, "new_session_id": "x"}).status_code == 403
+        context = gina.get(f"/v1/context/{PARENT}", params={"include_forks": "true", "limit": 2}).json()
+        assert [f["session_id"] for f in context["forks"]] == [FORK, "s-gina-0001-b"]
+        assert gina.get(f"/v1/context/{PARENT}", params={"limit": 2}).json()["forks"] == []
         assert bob.post("/v1/merges", json={"fork_session_id": FORK, "parent_session_id": PARENT,
                                             "mode": "append"}).status_code == 403
         refused = gina.post("/v1/merges", json={"fork_session_id": FORK, "parent_session_id": PARENT})
@@ -81,6 +85,8 @@ def test_mcp_tree_search_fork_and_merge_answer_as_the_query_module(served):
                         "query": "Fly.io volume billing_data", "scope": "raw", "include_forks": True}),
                     "fork": await session.call_tool("fork_session", {"session_id": PARENT,
                                                                      "new_session_id": "s-gina-0001-c"}),
+                    "context": await session.call_tool("context", {"session_id": PARENT, "limit": 2,
+                                                                   "include_forks": True}),
                     "dry": await session.call_tool("merge_fork", {"fork_session_id": FORK,
                                                                   "parent_session_id": PARENT, "mode": "append",
                                                                   "dry_run": True})}
@@ -93,6 +99,8 @@ def test_mcp_tree_search_fork_and_merge_answer_as_the_query_module(served):
     assert [(h["session_id"], h["start_seq"], h["path"]) for h in tree["hits"]] == [
         (h.session_id, h.start_seq, list(h.path)) for h in expected.hits] and expected.hits
     assert structured(out["forks"])["hits"][0]["fork"]["session_id"] == FORK
+    with psycopg.connect(url) as conn:
+        assert structured(out["context"]) == context_for(conn, PARENT, limit=2, include_forks=True).to_json("")
     assert structured(out["fork"])["fork"] == {"session_id": "s-gina-0001-c", "parent_session_id": PARENT,
                                                "fork_seq": 10, "user_id": "gina"}
     assert [t["seq"] for t in structured(out["dry"])["written"]] == [11, 12, 13, 14]

@@ -277,6 +277,9 @@ def test_fork_merge_and_sessions_from_the_cli_on_the_branched_sample(make_databa
     assert hidden.returncode == 0 and "s-gina-0001-fly" not in hidden.stdout
     shown = cli("search", "Fly.io volume billing_data", "--user", "gina", "--scope", "raw", "--include-forks")
     assert "session s-gina-0001-fly" in shown.stdout and "⑂ fork of s-gina-0001 after turn 6" in shown.stdout
+    branches = cli("context", "s-gina-0001", "--include-forks", "--limit", "2")
+    assert "- s-gina-0001-fly (fork after turn 6): " in branches.stdout and "s-gina-0001-b" in branches.stdout
+    assert "Forks of this session" not in cli("context", "s-gina-0001", "--limit", "2").stdout
     dry = cli("merge", "s-gina-0001-fly", "--into", "s-gina-0001", "--mode", "replace", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.startswith("would merge s-gina-0001-fly turns 7–10 into s-gina-0001 (replace): parent turns "
