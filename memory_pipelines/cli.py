@@ -14,7 +14,7 @@ from datetime import date
 from pathlib import Path
 
 from memory_pipelines.config import ConfigError, Settings, validate_environment
-from memory_pipelines.records import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
+from memory_pipelines.records import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES
 
 
 class CliError(RuntimeError):
@@ -1131,7 +1131,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "or --restore the merge in force")
     merge.add_argument("fork")
     merge.add_argument("--into", required=True, metavar="PARENT")
-    merge.add_argument("--mode", choices=("append", "replace", "summarize"))
+    merge.add_argument("--mode", choices=MERGE_MODES)
     merge.add_argument("--dry-run", action="store_true", help="print what the merge would write; change nothing")
     merge.add_argument("--restore", action="store_true", help="undo the merge in force of FORK into PARENT")
     merge.add_argument("--by", default="cli", help="who merges (recorded)")

@@ -27,10 +27,9 @@ from psycopg.rows import dict_row
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.llm.backends import ModelBackend, ModelCall
-from memory_pipelines.records import ForkPoint, Message, Summary
+from memory_pipelines.records import MERGE_MODES, ForkPoint, Message, Summary
 from memory_pipelines.transcripts import hash_message
 
-MERGE_MODES = ("append", "replace", "summarize")
 MERGE_SOURCE = "merge"  # source_file of the parent turns a merge wrote
 
 

@@ -33,6 +33,8 @@ class QuarantineReason(StrEnum):
 
 # what unified search can be narrowed to
 SEARCH_SCOPES = ("all", "facts", "raw", "sketches", "knowledge")
+# how a fork's turns come into its parent (memory_pipelines.forks)
+MERGE_MODES = ("append", "replace", "summarize")
 # what an agent reads of one search by default: about 1,500 tokens, the range memory services
 # serve (about 1,800 tokens for mem0, 3,900 for Zep)
 DEFAULT_BUDGET_CHARS = 6000

@@ -27,12 +27,13 @@ from memory_pipelines.api.asgi import AccessLog, BodyLimit, bearer, note_key
 from memory_pipelines.api.service import ApiError, Caller, MemoryService
 from memory_pipelines.config import ApiSettings
 from memory_pipelines.facts import SOURCES
-from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
+from memory_pipelines.records import DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES
 
 log = logging.getLogger("memory_pipelines.api")
 
 Scope = Literal[SEARCH_SCOPES]  # type: ignore[valid-type]
 Source = Literal[SOURCES]  # type: ignore[valid-type]
+MergeMode = Literal[MERGE_MODES]  # type: ignore[valid-type]
 
 
 class Body(BaseModel):
@@ -92,7 +93,7 @@ class ForkBody(Body):
 class MergeBody(Body):
     fork_session_id: str
     parent_session_id: str
-    mode: Literal["append", "replace", "summarize"] | None = Field(None, description="required unless restore")
+    mode: MergeMode | None = Field(None, description="required unless restore")
     dry_run: bool = False
     restore: bool = Field(False, description="undo the merge in force of the fork into the parent")
 

@@ -24,7 +24,7 @@ from memory_pipelines.api.asgi import ASGIApp, AccessLog, Receive, Scope, Send, 
 from memory_pipelines.api.service import ApiError, Caller, MemoryService, Unauthorized
 from memory_pipelines.config import ApiSettings, setting
 from memory_pipelines.facts import SOURCES
-from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
+from memory_pipelines.records import DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES
 
 log = logging.getLogger("memory_pipelines.api")
 
@@ -111,7 +111,7 @@ def build_server(service: MemoryService, settings: ApiSettings | None = None) ->
         "the fork); dry_run=true shows the turns first; restore=true undoes the merge in force. Done once; "
         "the parent is distilled again from the day the answer names."))
     async def merge_fork(fork_session_id: str, parent_session_id: str, ctx: Context,
-                         mode: Literal["append", "replace", "summarize"] = "append", dry_run: bool = False,
+                         mode: Literal[MERGE_MODES] = "append", dry_run: bool = False,  # type: ignore[valid-type]
                          restore: bool = False, idempotency_key: str | None = None) -> Result:
         return await run(ctx, lambda c: service.merge(c, fork_session_id, parent_session_id, mode, dry_run=dry_run,
                                                       restore=restore, idempotency_key=idempotency_key))
