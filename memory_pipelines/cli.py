@@ -640,7 +640,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
                 raise UsageError(str(exc)) from None
         print(f"restored merge #{restored.merge.id} ({restored.merge.mode}) of {args.fork} into {args.into}: "
               f"{restored.removed} merged turn(s) removed, {restored.brought_back} set-aside turn(s) back")
-        print(f"next: {restored.next_step} (distils {args.into} again from that day)")
+        print(f"next: {restored.merge.next_step} (distils {args.into} again from that day)")
         return 0
     if args.mode is None:
         raise UsageError("merge needs --mode append|replace|summarize (or --restore)")
@@ -668,7 +668,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         text = " ".join(turn.content.split())
         print(f"  {turn.session_id}#{turn.seq} {turn.role}: {text[:100]}{'...' if len(text) > 100 else ''}")
     if not report.dry_run:
-        print(f"next: {report.next_step} (distils {args.into} again from that day)")
+        print(f"next: {report.merge.next_step} (distils {args.into} again from that day)")
     return 0
 
 
@@ -736,7 +736,7 @@ def cmd_tree_show(args: argparse.Namespace) -> int:
             nodes = repository.tree_nodes(conn, args.user, "entity", entity_tree_key(args.user, args.entity))
             if not nodes:
                 known = [r[0] for r in conn.execute(query("user_entity_trees"), {"user_ids": [args.user]})]
-                names = ", ".join(k.split(":", 1)[1] for k in sorted(known)[:10]) or "none yet"
+                names = ", ".join(k.removeprefix(f"{args.user}:") for k in sorted(known)[:10]) or "none yet"
                 raise CliError(f"no entity tree of {args.entity!r} for {args.user}: entities with a tree: {names}")
             leaves = sum(n.level == 0 for n in nodes)
             _print_tree(f"entity tree of {args.entity} ({args.user}): {leaves} item(s) (relations, entries, facts) "

@@ -57,6 +57,11 @@ class Merge:
     merged_by: str
     merged_at: datetime | None = None
 
+    @property
+    def next_step(self) -> str:
+        """The run that distils the parent again from the first day the merge changed."""
+        return f"memory-pipelines run --start {self.first_changed_day}"
+
 
 @dataclass(frozen=True)
 class MergeReport:
@@ -67,20 +72,12 @@ class MergeReport:
     dry_run: bool = False
     calls: tuple[ModelCall, ...] = ()
 
-    @property
-    def next_step(self) -> str:
-        return f"memory-pipelines run --start {self.merge.first_changed_day}"
-
 
 @dataclass(frozen=True)
 class RestoreReport:
     merge: Merge
     removed: int  # the parent turns the merge had written
     brought_back: int  # the superseded turns back in the archive
-
-    @property
-    def next_step(self) -> str:
-        return f"memory-pipelines run --start {self.merge.first_changed_day}"
 
 
 def _range(conn: psycopg.Connection, session_id: str) -> tuple[int, int, str] | None:
@@ -164,8 +161,7 @@ def merge_fork(conn: psycopg.Connection, fork_session_id: str, parent_session_id
         written = tuple(_as_parent_turn(m, o, merge) for m, o in zip(turns, own))
         repository.insert_messages(conn, written, f"merge-{merge.id}")
         repository.refresh_sessions(conn, [parent_session_id])
-        _clear_derived(conn, parent_session_id, min(turns[0].seq, later[0].seq if later else turns[0].seq),
-                       merge.first_changed_day)
+        _clear_derived(conn, parent_session_id, min(m.seq for m in (*turns, *later)), merge.first_changed_day)
         if calls:
             repository.insert_llm_calls(conn, calls, run_id=f"merge-{merge.id}", asset="session_merges",
                                         partition_key=merge.first_changed_day, session_id=parent_session_id)
@@ -189,8 +185,8 @@ def restore_merge(conn: psycopg.Connection, fork_session_id: str, parent_session
         back = conn.execute(query("bring_back_messages"), {"merge_id": merge.id}).rowcount
         conn.execute(query("mark_merge_restored"), {"merge_id": merge.id, "restored_by": actor})
         repository.refresh_sessions(conn, [parent_session_id])
-        _clear_derived(conn, parent_session_id, min(merge.parent_first_seq, merge.superseded_first_seq or
-                                                    merge.parent_first_seq), merge.first_changed_day)
+        first = min(s for s in (merge.parent_first_seq, merge.superseded_first_seq) if s is not None)
+        _clear_derived(conn, parent_session_id, first, merge.first_changed_day)
     return RestoreReport(merge, removed, back)
 
 

@@ -722,7 +722,8 @@ class TurnScores:
 
     def to_json(self) -> dict:
         return {"user_id": self.user_id, "session_id": self.session_id,
-                "as_of": self.as_of.isoformat() if self.as_of else None, "formula": DECAY_FORMULA, "base_rate": self.base_rate, "considered": self.considered,
+                "as_of": self.as_of.isoformat() if self.as_of else None, "formula": DECAY_FORMULA,
+                "base_rate": self.base_rate, "considered": self.considered,
                 "turns": [{"id": s.turn.id, "session_id": s.turn.session_id, "seq": s.turn.seq, "role": s.turn.role,
                            "ts": s.turn.ts.isoformat(), "text": s.turn.body, "score": round(s.score, 6),
                            "importance": round(s.importance, 6),

@@ -464,13 +464,13 @@ class MemoryService:
                 if restore:
                     restored = restore_merge(conn, fork_session_id, parent_session_id, actor=actor)
                     return {"restored": _jsonable(asdict(restored.merge)), "removed": restored.removed,
-                            "brought_back": restored.brought_back, "next_step": restored.next_step}
+                            "brought_back": restored.brought_back, "next_step": restored.merge.next_step}
                 report = merge_fork(conn, fork_session_id, parent_session_id, mode, actor=actor, dry_run=dry_run,
                                     writer=writer)
             except ForkError as exc:
                 raise ApiError(str(exc)) from None
             return {"merge": _jsonable(asdict(report.merge)), "already": report.already, "dry_run": report.dry_run,
-                    "superseded": report.superseded, "next_step": report.next_step,
+                    "superseded": report.superseded, "next_step": report.merge.next_step,
                     "written": [{"seq": m.seq, "role": m.role, "content": m.content,
                                  "merged_from": m.metadata["merged_from"]} for m in report.written]}
 

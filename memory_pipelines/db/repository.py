@@ -41,8 +41,7 @@ def stored_messages(
         (sid, seq): StoredMessage(content_hash, user_id)
         for sid, seq, content_hash, user_id in conn.execute(query("stored_messages"), {"session_ids": ids})
     }
-    owners = dict(conn.execute(query("session_owners"), {"session_ids": ids}).fetchall())
-    return stored, owners
+    return stored, session_owners(conn, ids)
 
 
 def session_owners(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, str]:
@@ -161,21 +160,23 @@ def messages_in_window(conn: psycopg.Connection, window: TimeWindow) -> dict[str
     return _by_session(_message_rows(conn, "messages_in_window", {"start": window.start, "end": window.end}))
 
 
+def _cursor_params(cursors: Mapping[str, int | None]) -> dict:
+    """Sessions and their cursor seqs as two bound arrays (no cursor: everything, -1)."""
+    ids = list(cursors)
+    return {"session_ids": ids, "after_seqs": [-1 if cursors[s] is None else cursors[s] for s in ids]}
+
+
 def sessions_messages_after(conn: psycopg.Connection, cursors: Mapping[str, int | None],
                             end: datetime | None = None) -> dict[str, list[Message]]:
     """Each session's messages after its cursor seq (all of them: None) and sent before
     `end` (any time: None), by seq."""
-    ids = list(cursors)
-    return _by_session(_message_rows(conn, "sessions_messages_after", {
-        "session_ids": ids, "after_seqs": [-1 if cursors[s] is None else cursors[s] for s in ids], "end": end}))
+    return _by_session(_message_rows(conn, "sessions_messages_after", {**_cursor_params(cursors), "end": end}))
 
 
 def fork_inherited_messages(conn: psycopg.Connection, cursors: Mapping[str, int | None]) -> dict[str, list[Message]]:
     """For the forks among these sessions, the parent turns after the cursor up to the fork
     point that judging kept, named by the fork, by seq."""
-    ids = list(cursors)
-    return _by_session(_message_rows(conn, "fork_inherited_messages", {
-        "session_ids": ids, "after_seqs": [-1 if cursors[s] is None else cursors[s] for s in ids]}))
+    return _by_session(_message_rows(conn, "fork_inherited_messages", _cursor_params(cursors)))
 
 
 def last_messages(conn: psycopg.Connection, session_id: str, limit: int) -> list[Message]:

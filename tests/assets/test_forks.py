@@ -109,6 +109,11 @@ def test_a_fork_starts_from_its_parents_state_and_stays_apart(branched):
     with_forks = _served(url, "Fly.io volume billing_data SQLite", include_forks=True)
     assert with_forks and with_forks[0].session_id == FORK and with_forks[0].fork.parent_session_id == PARENT
     assert all(h.session_id != FORK for h in _served(url, "Fly.io volume billing_data SQLite"))
+    with psycopg.connect(url) as conn:  # the chunk index keeps forks apart the same way
+        chunks = UnifiedMemorySearch(conn).search_chunks("billing-worker 7070 volume", "gina", mode="text")
+        assert chunks and FORK not in {h.session_id for h in chunks}
+        assert FORK in {h.session_id for h in UnifiedMemorySearch(conn).search_chunks(
+            "billing-worker 7070 volume", "gina", mode="text", include_forks=True)}
     named = _served(url, "Fly.io volume", session_id=FORK)
     assert named and {h.session_id for h in named} == {FORK} and named[0].fork.fork_seq == 6
     # a fork's context is its timeline: the shared turns, then its own, never the parent's later ones

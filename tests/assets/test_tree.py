@@ -17,7 +17,7 @@ from assets.search_assets import memory_tree
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.db import repository
 from memory_pipelines.lifecycle import forget
-from tests.fakes import FakeModelServer
+from tests.fakes import FakeModelServer, Fault
 from tests.helpers import QUIET, SAMPLE_DAYS, materialize_partitions, pipeline_resources
 
 
@@ -193,6 +193,38 @@ def test_a_model_back_end_writes_each_new_or_changed_internal_node_once(make_dat
         assert _tree_rows_of(url) == before
     finally:
         server.close()
+
+
+def test_a_failed_node_summary_leaves_its_tree_as_stored_and_fails_the_step(make_database, tmp_path):
+    folder = tmp_path / "bob"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder / "bob")
+    url = make_database()
+    down = FakeModelServer(fail=lambda request, number: Fault(status=503) if request.purpose == "summarize_node"
+                           else None)
+    try:
+        model = ModelResource(backend="ollama", base_url=down.url, model="fake-llm", retries=0, backoff_s=0.0)
+        [result] = materialize_partitions(all_assets, ["2026-10-09"], url, folder, expect_success=False,
+                                          resources=pipeline_resources(url, folder, llm=model, decision=model))
+    finally:
+        down.close()
+    assert not result.success
+    failed = [e for e in result.all_events if e.is_step_failure]
+    assert [e.step_key for e in failed] == ["memory_tree"]
+    assert "tree" in failed[0].step_failure_data.user_failure_data.description
+    with psycopg.connect(url) as conn:
+        # nothing half-summarized was stored; the failed calls are in the ledger
+        assert conn.execute("SELECT count(*) FROM memory_tree WHERE level > 0").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM llm_calls WHERE purpose = 'summarize_node' "
+                            "AND status = 'error'").fetchone()[0] > 0
+    up = FakeModelServer()
+    try:
+        model = ModelResource(backend="ollama", base_url=up.url, model="fake-llm", retries=0, backoff_s=0.0)
+        materialize_partitions([memory_tree], ["2026-10-09"], url, folder,
+                               resources=pipeline_resources(url, folder, llm=model, decision=model))
+    finally:
+        up.close()
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_tree WHERE level > 0 AND model = 'fake-llm'").fetchone()[0] > 0
 
 
 def _tree_rows_of(url: str) -> dict[tuple, tuple]:
