@@ -4,24 +4,16 @@ changed transcript files and requests runs for exactly the days they touch."""
 import hashlib
 import json
 from datetime import UTC
-from pathlib import Path
 
 import dagster as dg
 
 from assets.partitions import daily_partitions
-from memory_pipelines.config import Settings, setting
-from memory_pipelines.transcripts import TranscriptSourceError, discover_files, transcript_days
+from memory_pipelines.config import mask_url, setting
+from memory_pipelines.sources import SourceSettings, open_source
+from memory_pipelines.sources.base import TranscriptSourceError
 
 AUTOMATION_ON = setting("MEMORY_AUTOMATION")
 DEFAULT_STATUS = dg.DefaultScheduleStatus.RUNNING if AUTOMATION_ON else dg.DefaultScheduleStatus.STOPPED
-
-
-def _file_states(root: Path) -> dict[str, list[int]]:
-    import duckdb
-
-    with duckdb.connect() as con:
-        files = discover_files(con, root).files
-    return {str(f): [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
 
 
 def build_automation(job):
@@ -36,25 +28,22 @@ def build_automation(job):
 
     @dg.sensor(job=job, minimum_interval_seconds=60,
                default_status=dg.DefaultSensorStatus.RUNNING if AUTOMATION_ON else dg.DefaultSensorStatus.STOPPED,
-               description="Watches MEMORY_TRANSCRIPTS; a new or changed file requests a run for each day its "
-                           "records fall on, once (the cursor remembers every file's size and modification time).")
+               description="Watches MEMORY_TRANSCRIPTS (a folder, an s3:// prefix or a postgresql:// table); new or "
+                           "changed input requests a run for each day its records fall on, once (the cursor keeps "
+                           "every file's size, modification time and ETag, or a table's watermark).")
     def transcript_files_sensor(context: dg.SensorEvaluationContext):
-        settings = Settings.from_env()
+        settings = SourceSettings.from_env()
         seen = json.loads(context.cursor) if context.cursor else {}
         try:
-            current = _file_states(settings.transcripts)
+            found = open_source(settings).changes(seen)
         except TranscriptSourceError as exc:
             return dg.SkipReason(str(exc))
-        changed = sorted(path for path, state in current.items() if seen.get(path) != state)
-        if not changed:
-            return dg.SkipReason(f"no new or changed transcript files under {settings.transcripts}")
+        if not found.changed:
+            return dg.SkipReason(f"nothing new or changed in {mask_url(settings.location)}")
         valid = set(daily_partitions.get_partition_keys())
-        # days as a scan of the whole location attributes the changed files' records
-        days = {d.isoformat() for d in transcript_days(settings.transcripts, [Path(p) for p in changed],
-                                                       timezone=settings.timezone,
-                                                       max_bytes=settings.max_message_bytes)}
-        digest = hashlib.sha256(json.dumps({p: current[p] for p in changed}).encode()).hexdigest()[:12]
-        context.update_cursor(json.dumps(current))
-        return [dg.RunRequest(run_key=f"{day}:{digest}", partition_key=day) for day in sorted(days & valid)]
+        digest = hashlib.sha256(json.dumps([found.changed, found.cursor], sort_keys=True).encode()).hexdigest()[:12]
+        context.update_cursor(json.dumps(found.cursor))
+        return [dg.RunRequest(run_key=f"{day.isoformat()}:{digest}", partition_key=day.isoformat())
+                for day in found.days if day.isoformat() in valid]
 
     return distill_schedule, transcript_files_sensor

@@ -33,7 +33,7 @@ from memory_pipelines.evidence_set import EvidenceSet, write_evidence_set
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from memory_pipelines.llm.instant_server import InstantModelServer
 from memory_pipelines.quality_gates import expectations
-from memory_pipelines.transcripts import transcript_date_range, transcript_days
+from memory_pipelines.sources import inventory_of
 
 BENCH_DATABASE = "memory_bench_distill"
 
@@ -101,8 +101,8 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
         stats = write_transcripts(transcripts, config)
         echo(f"generated {stats.messages:,} messages in {stats.sessions:,} sessions of {stats.users:,} users")
         url = _fresh_database(settings)
-        first, last = transcript_date_range(transcripts)
-        days_with_data = len(transcript_days(transcripts))
+        found = inventory_of(str(transcripts))
+        first, last, days_with_data = found.first_day, found.last_day, found.days
         server = InstantModelServer() if cost else None
         env = {"MEMORY_DATABASE_URL": url, "MEMORY_TRANSCRIPTS": str(transcripts),
                "MEMORY_EMBED_BACKEND": os.environ.get("MEMORY_EMBED_BACKEND", "hashing")}
@@ -187,8 +187,8 @@ def evidence_database(users: int, seed: int, embedder_id: str, *, rebuild: bool 
         with get_pool(url).connection() as conn:
             conn.execute(query("bench_meta_create"))
             conn.execute(query("bench_meta_start"), {"params": Jsonb(params)})
-        first, last = transcript_date_range(written.transcripts)
-        run_range(partition_keys_between(first.isoformat(), last.isoformat()),
+        found = inventory_of(str(written.transcripts))
+        run_range(partition_keys_between(found.first_day.isoformat(), found.last_day.isoformat()),
                   echo=lambda line: echo(line) if line.startswith("[") else None)
         with get_pool(url).connection() as conn:
             conn.execute(query("bench_meta_complete"), {"seconds": time.perf_counter() - started})

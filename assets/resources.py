@@ -18,6 +18,7 @@ from memory_pipelines.embed import EmbedConfig, Embedder, build_embedder, embed_
 from memory_pipelines.llm import ModelBackend, ModelConfig, build_backend
 from memory_pipelines.llm.config import chat_config, decision_config
 from memory_pipelines.llm.probe import ModelServer, ModelServerUnreachable, model_server, probe
+from memory_pipelines.sources import SourceSettings
 
 
 def unreachable_fails(server: ModelServer | None) -> None:
@@ -44,12 +45,26 @@ class PostgresResource(dg.ConfigurableResource):
             yield conn
 
 
-class TranscriptSource(dg.ConfigurableResource):
-    """Where transcript files are read from, and how their records are interpreted."""
+class TranscriptSourceResource(dg.ConfigurableResource):
+    """Where transcripts are read from (a folder or file, s3://bucket/prefix, postgresql://…?table=),
+    and how their records are interpreted (memory_pipelines.sources.SourceSettings)."""
 
-    path: str = str(SPECS["MEMORY_TRANSCRIPTS"].default)
-    timezone: str = SPECS["MEMORY_TIMEZONE"].default
-    max_message_bytes: int = SPECS["MEMORY_MAX_MESSAGE_BYTES"].default
+    location: str = SourceSettings.location
+    timezone: str = SourceSettings.timezone
+    max_message_bytes: int = SourceSettings.max_message_bytes
+    format: str = SourceSettings.format
+    fields: dict[str, str] = {}
+    source_user: str | None = None
+    s3_endpoint_url: str | None = None
+    columns: dict[str, str] = {}
+    batch_rows: int = SourceSettings.batch_rows
+
+    @classmethod
+    def from_settings(cls, settings: SourceSettings) -> "TranscriptSourceResource":
+        return cls(**asdict(settings))
+
+    def settings(self) -> SourceSettings:
+        return SourceSettings(**{f.name: getattr(self, f.name) for f in fields(SourceSettings)})
 
 
 class ModelResource(dg.ConfigurableResource):
@@ -180,7 +195,5 @@ def resources_from_env() -> dict[str, dg.ConfigurableResource]:
         "memory_settings": MemorySettings(stale_minutes=setting("MEMORY_STALE_MINUTES"),
                                           context_messages=setting("MEMORY_CONTEXT_MESSAGES")),
         "postgres": PostgresResource(database_url=database_url, home=str(setting("MEMORY_HOME") or default_home())),
-        "transcript_source": TranscriptSource(path=str(setting("MEMORY_TRANSCRIPTS")),
-                                              timezone=setting("MEMORY_TIMEZONE"),
-                                              max_message_bytes=setting("MEMORY_MAX_MESSAGE_BYTES")),
+        "transcript_source": TranscriptSourceResource.from_settings(SourceSettings.from_env()),
     }

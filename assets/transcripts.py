@@ -1,14 +1,13 @@
 """Asset `transcripts`: the message archive (`messages`, `sessions`, `quarantine`)."""
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import dagster as dg
 
 from assets.asset_checks import quality_check_specs
 from assets.materialization import stage_results, stage_window
 from assets.partitions import DAILY_ASSET
-from assets.resources import PostgresResource, TranscriptSource
+from assets.resources import PostgresResource, TranscriptSourceResource
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.stages import transcripts as transcript_stage
 
@@ -20,8 +19,9 @@ from memory_pipelines.stages import transcripts as transcript_stage
     kinds={"duckdb", "postgres"},
     tags={"stage": "ingest"},
     description=(
-        "Every transcript message whose time falls in the partition, scanned by DuckDB from "
-        "JSON Lines, Parquet and history.json files, validated, and archived in `messages` "
+        "Every transcript message whose time falls in the partition, from a folder, an s3:// "
+        "prefix or an agent's own PostgreSQL table (MEMORY_TRANSCRIPTS), in the formats of "
+        "docs/formats.md, validated by DuckDB, and archived in `messages` "
         "(unique on session_id, seq) with `sessions` kept in step. Refused records go to "
         "`quarantine` with their reason; records of users forgotten on request are skipped; "
         "read = stored + duplicate + quarantined + forgotten + superseded (re-sent turns a "
@@ -29,9 +29,8 @@ from memory_pipelines.stages import transcripts as transcript_stage
     ),
 )
 def transcripts(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, transcript_source: TranscriptSource
+    context: dg.AssetExecutionContext, postgres: PostgresResource, transcript_source: TranscriptSourceResource
 ) -> Iterator:
-    settings = transcript_stage.Settings(Path(transcript_source.path), transcript_source.timezone,
-                                         transcript_source.max_message_bytes)
+    settings = transcript_stage.Settings(transcript_source.settings())
     report = transcript_stage.run(get_pool(postgres.url()), stage_window(context), settings)
     yield from stage_results(context, postgres, report, **{"dagster/row_count": report.counts.stored})

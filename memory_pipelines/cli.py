@@ -64,43 +64,54 @@ def _refused_summary(reasons: dict[str, int]) -> str:
     return ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
 
 
-def _quarantine_undated(settings: Settings, url: str) -> str:
+def _quarantine_undated(source, url: str) -> str:
     """Records no readable time dates, when nothing in the location has one: quarantined
     under the label `undated` (no partition is opened for them). Returns their reasons."""
     from memory_pipelines.db import repository
     from memory_pipelines.db.connection import get_pool
-    from memory_pipelines.transcripts import undated_records
 
-    records = undated_records(settings.transcripts, timezone=settings.timezone, max_bytes=settings.max_message_bytes)
+    records = source.undated_records()
     with get_pool(url).connection() as conn, conn.transaction():
         repository.insert_quarantine(conn, records, "undated", "cli")
     return _refused_summary(Counter(str(r.reason) for r in records))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from memory_pipelines.transcripts import TranscriptSourceError, describe_skipped, transcript_inventory
+    from memory_pipelines.config import mask_url
+    from memory_pipelines.db.connection import get_pool
+    from memory_pipelines.sources import SourceSettings, open_source
+    from memory_pipelines.sources.base import TranscriptSourceError
+    from memory_pipelines.sources.files import PostgresIndex
+    from memory_pipelines.transcripts import describe_skipped
 
     if args.transcripts:
-        path = Path(args.transcripts).expanduser().resolve()
-        if not path.exists():
-            raise UsageError(f"transcript path does not exist: {path}")
-        os.environ["MEMORY_TRANSCRIPTS"] = str(path)
+        location = args.transcripts
+        if "://" not in location:
+            path = Path(location).expanduser().resolve()
+            if not path.exists():
+                raise UsageError(f"transcript path does not exist: {path}")
+            location = str(path)
+        os.environ["MEMORY_TRANSCRIPTS"] = location
+    if args.format:
+        os.environ["MEMORY_TRANSCRIPT_FORMAT"] = args.format
     settings = _settings()
     start, end = _parse_day(args.start, "--start"), _parse_day(args.end, "--end")
+    shown = mask_url(settings.transcripts)
+    url = _connect_url(settings)
+    pool = get_pool(url)  # migrates before any run starts
+    source = open_source(SourceSettings.from_env(), PostgresIndex(pool))
     try:
-        found = transcript_inventory(settings.transcripts, timezone=settings.timezone,
-                                     max_bytes=settings.max_message_bytes)
+        found = source.inventory()
     except TranscriptSourceError as exc:
         raise UsageError(str(exc)) from None
-    print(f"transcripts: {settings.transcripts}")
-    if found.discovery.skipped:
-        print(f"skipped:     {describe_skipped(found.discovery.skipped)}")
+    print(f"transcripts: {shown}")
+    if found.skipped:
+        print(f"skipped:     {describe_skipped(found.skipped)}")
     if found.records == 0:
-        raise CliError(f"no transcript records under {settings.transcripts}")
-    url = _connect_url(settings)
+        raise CliError(f"no transcript records under {shown}")
     if found.first_day is None and (start is None or end is None):
-        reasons = _quarantine_undated(settings, url)
-        raise CliError(f"all {found.records} record(s) under {settings.transcripts} were refused ({reasons}) and "
+        reasons = _quarantine_undated(source, url)
+        raise CliError(f"all {found.records} record(s) under {shown} were refused ({reasons}) and "
                        "quarantined under 'undated': none has a readable time, so no day was run")
     start, end = start or found.first_day, end or found.last_day
     if end < start:
@@ -108,9 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _probe_model_servers()
 
     from memory_pipelines.db import repository
-    from memory_pipelines.db.connection import get_pool
 
-    pool = get_pool(url)  # migrates before any run starts
     from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_range
 
     ensure_dagster_home(settings.home, url)
@@ -945,12 +954,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from memory_pipelines.formats import TRANSCRIPT_FORMATS
+
     parser = argparse.ArgumentParser(prog="memory-pipelines", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="materialize the whole asset graph for every partition in range")
-    run.add_argument("--transcripts", help="transcript file or folder (default: MEMORY_TRANSCRIPTS or the sample)")
+    run.add_argument("--transcripts", help="a transcript file or folder, s3://bucket/prefix, or "
+                     "postgresql://…?table=NAME (default: MEMORY_TRANSCRIPTS or the sample)")
+    run.add_argument("--format", choices=("auto", *TRANSCRIPT_FORMATS),
+                     help="how transcript files are read (default: MEMORY_TRANSCRIPT_FORMAT, auto: per file)")
     run.add_argument("--start", help="first day, YYYY-MM-DD (default: the first day in the transcripts)")
     run.add_argument("--end", help="last day, inclusive (default: the last day in the transcripts)")
     run.set_defaults(func=cmd_run)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -151,11 +151,50 @@ def _json_object_file(text: str) -> Path:
     return path
 
 
+def _transcript_location(text: str) -> str:
+    """A folder or file path, an s3://bucket/prefix, or a postgresql:// URL naming ?table=."""
+    parts = urlsplit(text)
+    if parts.scheme == "s3":
+        if not parts.netloc:
+            raise ValueError(text)
+        return text
+    if parts.scheme in ("postgresql", "postgres"):
+        if not parse_qs(parts.query).get("table"):
+            raise ValueError(text)
+        return text
+    if "://" in text:
+        raise ValueError(text)
+    return str(Path(text).expanduser())
+
+
+def _name_mapping(text: str) -> dict[str, str]:
+    """`canonical=source,…`, or the path of a YAML file holding such a mapping."""
+    if text.endswith((".yaml", ".yml")):
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(text).expanduser().read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            raise ValueError(text) from None
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            raise ValueError(text)
+        text = ",".join(f"{k}={v}" for k, v in data.items())
+    from memory_pipelines.formats import parse_field_mapping
+
+    return parse_field_mapping(text)
+
+
 HTTP_URL = Kind("an http:// or https:// URL", _http_url)
 POSTGRES_URL = Kind("a postgresql:// URL", _postgres_url)
 ZONE = Kind("an IANA time zone such as UTC or Europe/Berlin", _zone)
 DAY = Kind("a date like 2024-01-01", date.fromisoformat)
 PATH = Kind("a file or folder path", lambda text: Path(text).expanduser())
+TRANSCRIPT_LOCATION = Kind("a file or folder path, s3://bucket/prefix, or postgresql://…?table=NAME",
+                           _transcript_location)
+NAME_MAPPING = Kind("comma-separated canonical=field pairs such as session_id=conversation_id,user_id=owner "
+                    "(canonical: session_id, user_id, seq, role, content, ts, agent_id, tool_name, tool_args, "
+                    "tool_call_id, metadata, parent_session_id, fork_seq, id), or a .yaml file of such a mapping",
+                    _name_mapping)
 CRON = Kind("a cron expression of five fields, such as */15 * * * *", _cron)
 PRICE_TABLE = Kind("the path of a JSON file holding an object of model -> prices", _json_object_file)
 
@@ -194,7 +233,19 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
          derived="~/.local/share/memory-pipelines"),
     Spec("MEMORY_DATABASE_URL", POSTGRES_URL, None, "a PostgreSQL with pgvector (unset: the embedded server)",
          secret=True),
-    Spec("MEMORY_TRANSCRIPTS", PATH, SAMPLE_TRANSCRIPTS, "transcript file or folder"),
+    Spec("MEMORY_TRANSCRIPTS", TRANSCRIPT_LOCATION, str(SAMPLE_TRANSCRIPTS),
+         "where transcripts are read: a file or folder, s3://bucket/prefix, or postgresql://…?table=NAME"),
+    Spec("MEMORY_TRANSCRIPT_FORMAT", choice("auto", "canonical", "openai", "agent-events", "chat-export"), "auto",
+         "how transcript files are read (auto: detected per file; see docs/formats.md)"),
+    Spec("MEMORY_FORMAT_FIELDS", NAME_MAPPING, None, "where the openai and agent-events formats find session, user "
+         "and time fields (dotted paths), overriding the defaults"),
+    Spec("MEMORY_SOURCE_USER", TEXT, None, "the user a source's transcripts belong to when its format names none "
+         "(agent-events logs, conversations.json exports)"),
+    Spec("MEMORY_S3_ENDPOINT_URL", HTTP_URL, None, "an S3-compatible endpoint for s3:// transcripts (unset: AWS; "
+         "credentials from the AWS_* variables)"),
+    Spec("MEMORY_SOURCE_COLUMNS", NAME_MAPPING, None, "the columns of a postgresql:// transcript table that hold "
+         "each canonical field (unset: columns of the canonical names)"),
+    Spec("MEMORY_SOURCE_BATCH_ROWS", integer(1), 5000, "rows a postgresql:// transcript table is read in at a time"),
     Spec("MEMORY_TIMEZONE", ZONE, "UTC", "zone for timestamps written without one"),
     Spec("MEMORY_MAX_MESSAGE_BYTES", integer(1), 1_000_000, "larger records are quarantined"),
     Spec("MEMORY_PARTITION_START", DAY, date(2024, 1, 1), "first daily partition"),
@@ -300,7 +351,7 @@ def mask_url(url: str) -> str:
 class Settings:
     home: Path
     database_url: str | None
-    transcripts: Path
+    transcripts: str
     timezone: str
     max_message_bytes: int
     partition_start: date

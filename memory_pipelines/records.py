@@ -29,6 +29,7 @@ class QuarantineReason(StrEnum):
     CONFLICTING_DUPLICATE = "conflicting_duplicate"
     USER_MISMATCH = "user_mismatch"
     FORK_MISMATCH = "fork_mismatch"
+    UNMAPPED = "unmapped"
 
 
 # what unified search can be narrowed to

@@ -124,3 +124,29 @@ def make_sample_database(pg_admin_url, sample_template):
 def make_module_sample_database(pg_admin_url, sample_template):
     """make_sample_database for module-scoped fixtures."""
     yield from _clones(pg_admin_url, sample_template, "s_")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> str:
+    """A moto S3 server of this pytest worker's own; its endpoint URL (`http://127.0.0.1:PORT`)."""
+    from tests.s3_server import moto_server
+
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint, monkeypatch) -> tuple[str, str]:
+    """A fresh, empty bucket at the test S3 server: (endpoint URL, bucket name). The fake
+    AWS_* credentials and MEMORY_S3_ENDPOINT_URL are set for the test (none of a developer's
+    own AWS settings leak in); write objects with tests.s3_server.put_object."""
+    from tests.s3_server import FAKE_CREDENTIALS, FOREIGN_AWS_VARIABLES, create_bucket
+
+    for name in FOREIGN_AWS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MEMORY_S3_ENDPOINT_URL", s3_endpoint)
+    bucket = "t-" + uuid.uuid4().hex[:16]
+    create_bucket(s3_endpoint, bucket)
+    return s3_endpoint, bucket

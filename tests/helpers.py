@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import dagster as dg
@@ -16,8 +17,12 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from assets.resources import EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSource
+from assets.resources import EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSourceResource
 from memory_pipelines.db.connection import with_database  # noqa: F401 (tests import it from here)
+from memory_pipelines.records import TranscriptScan
+from memory_pipelines.sources import SourceSettings, open_source
+from memory_pipelines.sources.files import MemoryIndex
+from memory_pipelines.transcripts import day_of
 
 
 ENTRY = Path(sys.executable).parent / "memory-pipelines"
@@ -82,7 +87,7 @@ def pipeline_resources(url: str, transcripts: Path, *, llm: ModelResource | None
     settings = SummarySettings() if chunk_chars is None else SummarySettings(chunk_chars=chunk_chars)
     return {
         "postgres": PostgresResource(database_url=url),
-        "transcript_source": TranscriptSource(path=str(transcripts), **source),
+        "transcript_source": TranscriptSourceResource(location=str(transcripts), **source),
         "llm": llm or ModelResource(),
         "decision": decision or ModelResource(),
         "summary_settings": settings,
@@ -221,3 +226,23 @@ def start_server(args: Sequence[str], env: dict, log: Path, *, ready: str = "/he
             time.sleep(0.2)
     server.stop()
     raise AssertionError(f"the server did not answer in {seconds} s: {server.output()[-2000:]}")
+
+
+def scan_location(location, window, *, include_undated: bool = False, max_bytes: int | None = None,
+                  **settings) -> TranscriptScan:
+    """Every record a location attributes to `window`, as one scan (read day by day, with an
+    index of its own, as a run reads them)."""
+    if max_bytes is not None:
+        settings["max_message_bytes"] = max_bytes
+    plan = open_source(SourceSettings(location=str(location), **settings), MemoryIndex()).plan(
+        window, include_undated=include_undated)
+    scans = [plan.read(w) for w in plan.windows]
+    return TranscriptScan(window, tuple(m for s in scans for m in s.messages),
+                          tuple(q for s in scans for q in s.quarantined), plan.listed, plan.skipped)
+
+
+def location_days(location, **settings) -> list[date]:
+    """The UTC days a file location's records are attributed to."""
+    catalog = open_source(SourceSettings(location=str(location), **settings), MemoryIndex()).catalog()
+    days = {d for obj in catalog.listing.objects for d in catalog.days_of(obj)}
+    return [day_of(d) for d in sorted(days)]

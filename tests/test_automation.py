@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from memory_pipelines.transcripts import transcript_days
+from tests.helpers import location_days
 
 
 def test_sensor_requests_exactly_the_partitions_new_files_touch(tmp_path, monkeypatch):
@@ -20,7 +20,7 @@ def test_sensor_requests_exactly_the_partitions_new_files_touch(tmp_path, monkey
     monkeypatch.setenv("MEMORY_TRANSCRIPTS", str(folder))
     context = dg.build_sensor_context(cursor=None)
     first = transcript_files_sensor(context)
-    assert sorted(r.partition_key for r in first) == [d.isoformat() for d in transcript_days(folder)]
+    assert sorted(r.partition_key for r in first) == [d.isoformat() for d in location_days(folder)]
     cursor = context.cursor
     # nothing new: nothing requested
     again = dg.build_sensor_context(cursor=cursor)

@@ -719,3 +719,16 @@ def refresh_turn_stats(conn: psycopg.Connection, user_ids: Sequence[str]) -> Non
         conn.execute(query("delete_turn_stats"), {"user_ids": list(user_ids)})
         conn.execute(query("insert_turn_stats"), {"user_ids": list(user_ids)})
 
+
+
+def transcript_objects(conn: psycopg.Connection, location: str) -> list[tuple]:
+    """The index rows of a transcript location (see migration 0019)."""
+    return conn.execute(query("transcript_objects_of"), {"location": location}).fetchall()
+
+
+def save_transcript_objects(conn: psycopg.Connection, location: str, rows: Sequence[Mapping]) -> None:
+    conn.cursor().executemany(query("upsert_transcript_object"), [{"location": location, **row} for row in rows])
+
+
+def delete_transcript_objects(conn: psycopg.Connection, location: str, names: Sequence[str]) -> None:
+    conn.execute(query("delete_transcript_objects"), {"location": location, "names": list(names)})

@@ -6,30 +6,34 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.config import SPECS
 from memory_pipelines.db import repository
 from memory_pipelines.ingest import plan_ingest
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
-from memory_pipelines.transcripts import SKIPPED_SHOWN, describe_skipped, scan_transcripts
+from memory_pipelines.sources import SourceSettings, open_source
+from memory_pipelines.sources.files import PostgresIndex
+from memory_pipelines.transcripts import SKIPPED_SHOWN, describe_skipped
 
 ASSET = "transcripts"
+PREVIEW_ROWS = 10  # what markdown_table shows
 
 
 @dataclass(frozen=True)
 class Settings:
-    path: Path = SPECS["MEMORY_TRANSCRIPTS"].default
-    timezone: str = SPECS["MEMORY_TIMEZONE"].default
-    max_message_bytes: int = SPECS["MEMORY_MAX_MESSAGE_BYTES"].default
+    source: SourceSettings = field(default_factory=SourceSettings)
 
 
 @dataclass
 class TranscriptCounts(Counts):
     partition_window: str = ""
-    files_scanned: int = 0
+    source: str = ""
+    files_listed: int = 0  # files or objects the location holds (a table: 0)
+    files_indexed: int = 0  # new or changed since the last run: scanned to learn their days
+    files_read: int = 0  # read for the window's days
+    files_gone: int = 0  # indexed before, gone now (their messages stay archived)
+    files_unreadable: int = 0  # listed, not readable: quarantined, tried again next run
     files_skipped: int = 0
     files_skipped_first: list[str] = field(default_factory=list)
     read: int = 0
@@ -49,37 +53,63 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     span = window.span
     # records no readable time dates go to the run's own range (there are any only when
     # nothing in the location has a readable time)
-    scan = scan_transcripts(Path(settings.path), span, timezone=settings.timezone,
-                            max_bytes=settings.max_message_bytes, include_undated=True)
-    session_ids = sorted({m.session_id for m in scan.messages})
+    plan = open_source(settings.source, PostgresIndex(pool)).plan(span, include_undated=True)
+    counts = TranscriptCounts(
+        partition_window=f"{span.start.isoformat()} .. {span.end.isoformat()}", source=settings.source.location,
+        files_listed=plan.listed, files_indexed=len(plan.indexed), files_gone=len(plan.gone),
+        files_unreadable=len(plan.unreadable), files_skipped=len(plan.skipped),
+        files_skipped_first=list(plan.skipped[:SKIPPED_SHOWN]))
+    report = StageReport(counts)
+    written: set[str] = set()
     with pool.connection() as conn, conn.transaction():
         repository.lock_transcript_writes(conn)
-        stored, owners = repository.stored_messages(conn, session_ids)
-        parents = sorted({m.parent_session_id for m in scan.messages if m.parent_session_id is not None})
-        owners |= repository.session_owners(conn, parents)
-        forks = repository.fork_points(conn, sorted({*session_ids, *parents}))
-        forgotten = repository.forgotten_for(conn, sorted({m.user_id for m in scan.messages}))
-        plan = plan_ingest(scan, stored, owners, forgotten, forks, repository.superseded_keys(conn, session_ids))
-        repository.insert_fork_points(conn, plan.forks, "transcript")
-        repository.insert_messages(conn, plan.new, window.run_id)
-        repository.insert_quarantine(conn, plan.quarantined, window.label, window.run_id)
-        written = sorted({m.session_id for m in plan.new})
-        repository.refresh_sessions(conn, written)
-        totals = repository.row_counts(conn, repository.ARCHIVE_TABLES)
-    report = StageReport(TranscriptCounts(
-        partition_window=f"{span.start.isoformat()} .. {span.end.isoformat()}", files_scanned=scan.files,
-        files_skipped=len(scan.skipped_files), files_skipped_first=list(scan.skipped_files[:SKIPPED_SHOWN]),
-        read=plan.read, stored=len(plan.new), duplicate=plan.duplicates, quarantined=len(plan.quarantined),
-        forgotten=plan.forgotten, superseded=plan.superseded, forks_declared=len(plan.forks),
-        quarantined_by_reason=Counter(str(r.reason) for r in plan.quarantined),
-        sessions_touched=len(written), table_rows=totals))
+        # one day at a time: memory follows the day, not the location
+        for day in plan.windows:
+            scan = plan.read(day)
+            counts.files_read += scan.files
+            written |= _ingest(conn, scan, window.label, window.run_id, counts, report)
+        counts.table_rows = repository.row_counts(conn, repository.ARCHIVE_TABLES)
+    counts.sessions_touched = len(written)
     report.sessions.update(written)
-    report.check_scope = {"session_ids": written, "partition_label": window.label}
-    if scan.skipped_files:
-        report.warnings.append(describe_skipped(scan.skipped_files))
-    report.preview = [{"session": m.session_id, "seq": m.seq, "user": m.user_id, "role": m.role,
-                       "ts": m.ts.isoformat(), "content": m.content} for m in plan.new]
-    report.extra_previews["quarantine_preview"] = [
-        {k: v for k, v in asdict(r).items() if k in ("source_file", "source_line", "reason", "detail")}
-        for r in plan.quarantined]
+    report.check_scope = {"session_ids": sorted(written), "partition_label": window.label}
+    if plan.skipped:
+        report.warnings.append(describe_skipped(plan.skipped))
+    if plan.gone:
+        report.warnings.append(f"{len(plan.gone)} file(s) indexed before are gone from {settings.source.location}: "
+                               f"{', '.join(plan.gone[:SKIPPED_SHOWN])} (their archived messages stay)")
+    if plan.unreadable:
+        report.warnings.append(f"{len(plan.unreadable)} file(s) could not be read, quarantined as unreadable_file and "
+                               f"tried again next run: {', '.join(plan.unreadable[:SKIPPED_SHOWN])}")
     return report
+
+
+def _ingest(conn, scan, label: str, run_id: str, counts: TranscriptCounts, report: StageReport) -> set[str]:
+    """One day's records checked against the archive and written; returns the sessions written."""
+    session_ids = sorted({m.session_id for m in scan.messages})
+    stored, owners = repository.stored_messages(conn, session_ids)
+    parents = sorted({m.parent_session_id for m in scan.messages if m.parent_session_id is not None})
+    owners |= repository.session_owners(conn, parents)
+    forks = repository.fork_points(conn, sorted({*session_ids, *parents}))
+    forgotten = repository.forgotten_for(conn, sorted({m.user_id for m in scan.messages}))
+    plan = plan_ingest(scan, stored, owners, forgotten, forks, repository.superseded_keys(conn, session_ids))
+    repository.insert_fork_points(conn, plan.forks, "transcript")
+    repository.insert_messages(conn, plan.new, run_id)
+    repository.insert_quarantine(conn, plan.quarantined, label, run_id)
+    written = sorted({m.session_id for m in plan.new})
+    repository.refresh_sessions(conn, written)
+    counts.read += plan.read
+    counts.stored += len(plan.new)
+    counts.duplicate += plan.duplicates
+    counts.quarantined += len(plan.quarantined)
+    counts.forgotten += plan.forgotten
+    counts.superseded += plan.superseded
+    counts.forks_declared += len(plan.forks)
+    counts.quarantined_by_reason.update(str(r.reason) for r in plan.quarantined)
+    # a preview shows a few rows; a year's run must not keep every message for it
+    room = PREVIEW_ROWS - len(report.preview)
+    report.preview.extend({"session": m.session_id, "seq": m.seq, "user": m.user_id, "role": m.role,
+                           "ts": m.ts.isoformat(), "content": m.content} for m in plan.new[:max(room, 0)])
+    shown = report.extra_previews.setdefault("quarantine_preview", [])
+    shown.extend({k: v for k, v in asdict(r).items() if k in ("source_file", "source_line", "reason", "detail")}
+                 for r in plan.quarantined[:max(PREVIEW_ROWS - len(shown), 0)])
+    return set(written)

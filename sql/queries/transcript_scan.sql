@@ -1,18 +1,16 @@
 -- DuckDB queries over transcript files (not PostgreSQL).
 
--- name: scan_glob
-SELECT file FROM glob($pattern) ORDER BY file;
-
 -- name: scan_parquet_rows
 -- insertion order is preserved by default, so row_number() is the file's row number
 SELECT row_number() OVER () AS line, to_json(p)::VARCHAR AS raw
-FROM read_parquet($path) AS p;
+FROM parquet_rows AS p;
 
 -- name: scan_records
 -- Validates every raw record of `raw_records` in one pass and attributes it to an event
--- time: its own `ts`, else the nearest datable record of the same file, else the day with
--- datable records nearest the file's modification time (ties: the earlier day), so a file
--- with no readable time never opens a partition of its own; else none (undated).
+-- time: its own `ts`, else the nearest datable record of the same file, else the day of
+-- $location_days (days with datable records anywhere in the location) nearest the file's
+-- modification time (ties: the earlier day), so a file with no readable time never opens a
+-- partition of its own; else none (undated).
 CREATE OR REPLACE TABLE validated_records AS
 WITH parsed AS (
     SELECT r.*,
@@ -98,7 +96,8 @@ WITH parsed AS (
            )) AS file_us
     FROM judged AS j2
 ), datable_days AS (
-    SELECT DISTINCT epoch_us(ts) // 86400000000 AS day FROM judged WHERE ts IS NOT NULL
+    -- the location's days, from every file's index entry (a file is validated on its own)
+    SELECT unnest(CAST($location_days AS BIGINT[])) AS day
 ), attributed AS (
     SELECT f.*,
            coalesce(file_us, (
@@ -165,15 +164,10 @@ ORDER BY source, line;
 -- name: undated_records
 SELECT * FROM validated_records WHERE event_us IS NULL ORDER BY source, line;
 
--- name: event_range
-SELECT min(event_us), max(event_us) FROM validated_records;
-
--- name: event_days
--- The UTC days records are attributed to (see scan_records), of every file or of $sources.
-SELECT DISTINCT event_us // 86400000000 AS day FROM validated_records
-WHERE event_us IS NOT NULL AND ($all_sources OR list_contains($sources, source))
-ORDER BY day;
-
--- name: record_counts
--- Records read and refused while scanning, and those no readable time dates.
-SELECT count(*), count(reason), count(*) FILTER (WHERE event_us IS NULL) FROM validated_records;
+-- name: file_summary
+-- What one file's index entry keeps (validated alone, with no location days): its records,
+-- those refused, those no time of its own dates, and the UTC days its own times fall on.
+SELECT count(*), count(reason), count(*) FILTER (WHERE event_us IS NULL),
+       coalesce(list(DISTINCT event_us // 86400000000 ORDER BY event_us // 86400000000)
+                FILTER (WHERE event_us IS NOT NULL), [])
+FROM validated_records;

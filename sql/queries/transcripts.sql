@@ -66,3 +66,56 @@ SELECT f.session_id, f.parent_session_id, f.fork_seq, f.user_id, coalesce(s.summ
 FROM session_forks f LEFT JOIN session_summaries s ON s.session_id = f.session_id
 WHERE f.parent_session_id = %(session_id)s
 ORDER BY f.created_at, f.session_id;
+
+-- name: transcript_objects_of
+SELECT name, size, mtime_ns, etag, scan_key, format, records, refused, undated, days
+FROM transcript_objects WHERE location = %(location)s ORDER BY name;
+
+-- name: upsert_transcript_object
+INSERT INTO transcript_objects (location, name, size, mtime_ns, etag, scan_key, format, records, refused, undated, days)
+VALUES (%(location)s, %(name)s, %(size)s, %(mtime_ns)s, %(etag)s, %(scan_key)s, %(format)s, %(records)s,
+        %(refused)s, %(undated)s, %(days)s)
+ON CONFLICT (location, name) DO UPDATE SET
+    size = EXCLUDED.size, mtime_ns = EXCLUDED.mtime_ns, etag = EXCLUDED.etag, scan_key = EXCLUDED.scan_key,
+    format = EXCLUDED.format, records = EXCLUDED.records, refused = EXCLUDED.refused,
+    undated = EXCLUDED.undated, days = EXCLUDED.days, scanned_at = now();
+
+-- name: delete_transcript_objects
+DELETE FROM transcript_objects WHERE location = %(location)s AND name = ANY(%(names)s);
+
+-- name: source_table_columns
+-- The columns of an agent's own message table or view (a postgresql:// transcript source).
+SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_attribute AS a
+WHERE a.attrelid = to_regclass(%(table)s) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum;
+
+-- name: source_table_exists
+SELECT to_regclass(%(table)s) IS NOT NULL;
+
+-- name: source_table_days
+-- The UTC days (days since 1970-01-01) a source table's rows fall on within [start, end).
+SELECT DISTINCT floor(extract(epoch FROM {ts}::timestamptz) / 86400)::int AS day
+FROM {table} WHERE {ts}::timestamptz >= %(start)s AND {ts}::timestamptz < %(end)s ORDER BY day;
+
+-- name: source_table_rows
+-- A window's rows of a source table as JSON (and, with undated, the rows with no time),
+-- read through a server-side cursor in batches.
+SELECT to_jsonb(t)::text FROM {table} AS t
+WHERE ({ts}::timestamptz >= %(start)s AND {ts}::timestamptz < %(end)s) OR (%(undated)s AND {ts} IS NULL)
+ORDER BY {session}, {seq};
+
+-- name: source_table_inventory
+SELECT count(*), count(*) FILTER (WHERE {ts} IS NULL),
+       min(floor(extract(epoch FROM {ts}::timestamptz) / 86400)::int),
+       max(floor(extract(epoch FROM {ts}::timestamptz) / 86400)::int),
+       count(DISTINCT floor(extract(epoch FROM {ts}::timestamptz) / 86400)::int)
+FROM {table};
+
+-- name: source_table_watermark
+SELECT max({watermark})::text FROM {table};
+
+-- name: source_table_days_past
+-- The UTC days of the rows whose watermark passed the last one a sensor saw.
+SELECT DISTINCT floor(extract(epoch FROM {ts}::timestamptz) / 86400)::int AS day, count(*) OVER () AS rows
+FROM {table} WHERE {watermark} > %(last)s AND {ts} IS NOT NULL ORDER BY day;

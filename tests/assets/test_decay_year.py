@@ -19,8 +19,7 @@ from assets.transcripts import transcripts
 from memory_pipelines.db.queries import query
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from memory_pipelines.knowledge import Triple, states
-from memory_pipelines.transcripts import transcript_days
-from tests.helpers import materialize_partitions
+from tests.helpers import location_days, materialize_partitions
 
 # what decay reads; chunks, sketches, error memory and embeddings play no part in it
 ASSETS = [transcripts, conversation_segments, session_summaries, memory_facts, knowledge_entries, memory_decay]
@@ -52,7 +51,7 @@ def test_a_year_of_history_decays_only_old_unaccessed_memory_and_newest_statemen
     folder = tmp_path / "year"
     write_transcripts(folder, GeneratorConfig(users=4, sessions=40, seed=7, start=date(2025, 10, 1), days=365))
     (folder / "pinned.jsonl").write_text("".join(json.dumps(r) + "\n" for p in PINNED for r in _session(*p)))
-    days = [d.isoformat() for d in transcript_days(folder)]
+    days = [d.isoformat() for d in location_days(folder)]
     assert len(days) > 30 and date.fromisoformat(days[-1]) - date.fromisoformat(days[0]) > timedelta(days=300)
     instance = dg.DagsterInstance.ephemeral()
     materialize_partitions(ASSETS, [d for d in days if d <= "2026-03-06"], database_url, folder, instance=instance)

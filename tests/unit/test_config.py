@@ -91,7 +91,30 @@ def test_settings_and_decay_settings_come_from_the_environment(monkeypatch, tmp_
     monkeypatch.setenv("MEMORY_DECAY_MIN_AGE_DAYS", "30")
     monkeypatch.setenv("MEMORY_DECAY_FACTS", "1")
     settings = Settings.from_env()
-    assert settings.transcripts == tmp_path and settings.partition_start == date(2025, 2, 1)
+    assert settings.transcripts == str(tmp_path) and settings.partition_start == date(2025, 2, 1)
     assert DecaySettings.from_env() == DecaySettings(min_age_days=30, decay_facts=True)
     assert DecaySettings() == DecaySettings(min_age_days=90, threshold=0.5, base_rate=0.001, decay_facts=False,
                                             pii_retention_days=180)
+
+
+@pytest.mark.parametrize("text, accepted", [
+    ("s3://bucket/prefix", True), ("postgresql://u@h/db?table=chat_messages", True), ("~/transcripts", True),
+    ("s3:///no-bucket", False), ("postgresql://u@h/db", False), ("ftp://host/x", False),
+])
+def test_a_transcript_location_is_a_path_a_bucket_prefix_or_a_table(text, accepted):
+    if accepted:
+        assert setting("MEMORY_TRANSCRIPTS", {"MEMORY_TRANSCRIPTS": text}) == (
+            str(Path(text).expanduser()) if "://" not in text else text)
+    else:
+        with pytest.raises(ConfigError, match="MEMORY_TRANSCRIPTS=.* is not valid: expected a file or folder path, "
+                                              "s3://bucket/prefix, or postgresql://…\\?table=NAME"):
+            setting("MEMORY_TRANSCRIPTS", {"MEMORY_TRANSCRIPTS": text})
+
+
+def test_a_name_mapping_comes_as_pairs_or_a_yaml_file(tmp_path):
+    pairs = setting("MEMORY_SOURCE_COLUMNS", {"MEMORY_SOURCE_COLUMNS": "session_id=conv,ts=created_at"})
+    assert pairs == {"session_id": "conv", "ts": "created_at"}
+    (tmp_path / "columns.yaml").write_text("session_id: conv\nts: created_at\n")
+    assert setting("MEMORY_SOURCE_COLUMNS", {"MEMORY_SOURCE_COLUMNS": str(tmp_path / "columns.yaml")}) == pairs
+    with pytest.raises(ConfigError, match="MEMORY_SOURCE_COLUMNS='speaker=who' is not valid"):
+        setting("MEMORY_SOURCE_COLUMNS", {"MEMORY_SOURCE_COLUMNS": "speaker=who"})

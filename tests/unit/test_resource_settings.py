@@ -8,10 +8,11 @@ from dataclasses import fields
 import pytest
 
 from assets.resources import (
-    EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, SummarySettings, TranscriptSource,
+    EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, SummarySettings, TranscriptSourceResource,
     resources_from_env,
 )
 from memory_pipelines.config import SPECS, DecaySettings, context_window
+from memory_pipelines.sources import SourceSettings
 from memory_pipelines.embed import EmbedConfig
 from memory_pipelines.llm import ModelConfig
 
@@ -32,7 +33,7 @@ def test_settings_resources_default_to_their_specs():
     assert SummarySettings().chunk_chars == SPECS["MEMORY_SUMMARY_CHUNK_CHARS"].default
     assert MemorySettings().stale_minutes == SPECS["MEMORY_STALE_MINUTES"].default
     assert MemorySettings().context_messages == SPECS["MEMORY_CONTEXT_MESSAGES"].default
-    assert TranscriptSource().max_message_bytes == SPECS["MEMORY_MAX_MESSAGE_BYTES"].default
+    assert TranscriptSourceResource().settings() == SourceSettings()
 
 
 def test_resources_from_the_environment_carry_every_setting(monkeypatch):

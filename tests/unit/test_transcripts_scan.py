@@ -15,10 +15,15 @@ import pytest
 
 from memory_pipelines.config import PACKAGE_DIR, SAMPLE_BAD_INPUT
 from memory_pipelines.records import QuarantineReason, TimeWindow
-from memory_pipelines.transcripts import (
-    NotATranscriptFile, describe_skipped, scan_transcripts, transcript_date_range, transcript_days,
-    transcript_inventory, undated_records,
-)
+from memory_pipelines.sources import SourceSettings, open_source
+from memory_pipelines.sources.base import NotATranscriptFile
+from memory_pipelines.sources.files import MemoryIndex
+from memory_pipelines.transcripts import describe_skipped
+from tests.helpers import location_days, scan_location as scan_transcripts
+
+
+def _source(location):
+    return open_source(SourceSettings(location=str(location)), MemoryIndex())
 
 ALL_TIME = TimeWindow(datetime(2000, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC))
 SCHEMA = json.loads((PACKAGE_DIR / "schemas" / "transcript_message.schema.json").read_text())
@@ -149,8 +154,9 @@ def test_wholly_undatable_file_goes_to_the_readable_day_nearest_its_modification
     _write_jsonl(tmp_path / "a.jsonl", [_msg(1, "2026-10-03T08:00:00Z"), _msg(2, "2026-10-12T08:00:00Z")])
     assert [r.reason for r in scan_transcripts(tmp_path, _day(expected_day)).quarantined] == \
         [QuarantineReason.MALFORMED_JSON]
-    assert transcript_days(tmp_path) == [date(2026, 10, 3), date(2026, 10, 12)]
-    assert transcript_date_range(tmp_path) == (date(2026, 10, 3), date(2026, 10, 12))
+    assert location_days(tmp_path) == [date(2026, 10, 3), date(2026, 10, 12)]
+    found = _source(tmp_path).inventory()
+    assert (found.first_day, found.last_day, found.days) == (date(2026, 10, 3), date(2026, 10, 12), 2)
 
 
 def test_a_tie_between_two_readable_days_goes_to_the_earlier(tmp_path):
@@ -165,14 +171,14 @@ def test_a_tie_between_two_readable_days_goes_to_the_earlier(tmp_path):
 def test_a_location_without_any_readable_time_is_undated_and_opens_no_day(tmp_path):
     broken = tmp_path / "history.json"
     broken.write_text("[{")
-    found = transcript_inventory(tmp_path)
+    found = _source(tmp_path).inventory()
     assert (found.first_day, found.records, found.refused, found.undated) == (None, 1, 1, 1)
-    assert transcript_days(tmp_path) == [] and transcript_date_range(tmp_path) is None
+    assert location_days(tmp_path) == [] and found.last_day is None
     assert scan_transcripts(tmp_path, _day(3)).quarantined == ()
     # the run's own range takes them
     [record] = scan_transcripts(tmp_path, _day(3), include_undated=True).quarantined
     assert (record.source_file, record.reason) == ("history.json", QuarantineReason.MALFORMED_JSON)
-    assert [r.source_file for r in undated_records(tmp_path)] == ["history.json"]
+    assert [r.source_file for r in _source(tmp_path).undated_records()] == ["history.json"]
 
 
 def test_a_file_named_directly_must_be_of_a_transcript_kind(tmp_path):
