@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from memory_pipelines.records import TimeWindow
-from memory_pipelines.transcripts import scan_transcripts
+from tests.helpers import scan_location
 
 
 def _bytes(folder):
@@ -24,7 +24,7 @@ def test_same_arguments_same_bytes_other_seed_other_bytes(tmp_path):
 
 def test_generated_records_are_all_valid_and_counted(tmp_path):
     stats = write_transcripts(tmp_path, GeneratorConfig(users=5, sessions=30, seed=1, days=3))
-    scan = scan_transcripts(tmp_path, TimeWindow(datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)))
+    scan = scan_location(tmp_path, TimeWindow(datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)))
     assert scan.quarantined == ()
     assert len(scan.messages) == stats.messages
     assert len({m.session_id for m in scan.messages}) == 30

@@ -17,7 +17,7 @@ from memory_pipelines.segments import cut_segments, judge_sessions
 from memory_pipelines.summaries import (
     Day, DiscardFrom, FoldPlan, SummaryState, VersionBuilt, VersionsReused, chunk_messages, fold_session, rendered_length,
 )
-from memory_pipelines.transcripts import scan_transcripts
+from tests.helpers import scan_location
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
 RULES = build_backend(ModelConfig())
@@ -64,7 +64,7 @@ def test_a_huge_message_is_cut_in_the_middle_and_still_pairs_with_its_reply():
 
 def test_the_long_sample_session_is_cut_into_several_bounded_chunks():
     window = TimeWindow(datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC))
-    session = [m for m in scan_transcripts(SAMPLE_TRANSCRIPTS, window).messages if m.session_id == "s-dmitri-0003"]
+    session = [m for m in scan_location(SAMPLE_TRANSCRIPTS, window).messages if m.session_id == "s-dmitri-0003"]
     chunks, _ = chunk_messages(sorted(session, key=lambda m: m.seq), 32_000)
     assert len(chunks) >= 2
     assert all(c[-1].role != "user" and sum(rendered_length(m) for m in c) <= 32_000 for c in chunks)
