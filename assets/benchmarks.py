@@ -53,12 +53,13 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _fresh_database(settings: Settings) -> str:
+def fresh_database(settings: Settings, database: str = BENCH_DATABASE) -> str:
+    """A benchmark's own database, empty (dropped first if it exists)."""
     server = resolve_url(settings.database_url, settings.home)
     with psycopg.connect(server, autocommit=True) as conn:
         for name in ("drop_database", "create_database"):
-            conn.execute(sql.SQL(query(name)).format(name=sql.Identifier(BENCH_DATABASE)))
-    return with_database(server, BENCH_DATABASE)
+            conn.execute(sql.SQL(query(name)).format(name=sql.Identifier(database)))
+    return with_database(server, database)
 
 
 def _stage_seconds(run_id: str) -> dict[str, float]:
@@ -100,7 +101,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
         transcripts = Path(folder) / "transcripts"
         stats = write_transcripts(transcripts, config)
         echo(f"generated {stats.messages:,} messages in {stats.sessions:,} sessions of {stats.users:,} users")
-        url = _fresh_database(settings)
+        url = fresh_database(settings)
         found = inventory_of(str(transcripts))
         first, last, days_with_data = found.first_day, found.last_day, found.days
         server = InstantModelServer() if cost else None

@@ -315,6 +315,19 @@ def cmd_bench_distill(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_ingest(args: argparse.Namespace) -> int:
+    from assets.bench_ingest import ingest_markdown, run_ingest_benchmark
+    from memory_pipelines.generator import DayFilesConfig
+
+    try:
+        config = DayFilesConfig(messages=args.messages, days=args.days, seed=args.seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    result = run_ingest_benchmark(config, s3=not args.no_s3, echo=lambda line: print(line, file=sys.stderr))
+    print(json.dumps(result.to_json(), indent=2) if args.json else ingest_markdown(result))
+    return 0
+
+
 def cmd_bench_backfill(args: argparse.Namespace) -> int:
     from assets.benchmarks import run_backfill_benchmark
     from memory_pipelines import bench
@@ -1040,6 +1053,17 @@ def build_parser() -> argparse.ArgumentParser:
         distill.add_argument("--seed", type=int, default=0)
         distill.add_argument("--json", action="store_true")
         distill.set_defaults(func=cmd_bench_distill)
+    ingest = kinds.add_parser("ingest", help="the transcripts asset over a large generated source (a file per "
+                                              "day), from a folder and from a local S3 server: peak memory and "
+                                              "records/s of one day and of a whole-range run")
+    ingest.add_argument("--messages", type=int, default=5_000_000, help="generated messages (default 5,000,000: "
+                                                                        "about 2 GB)")
+    ingest.add_argument("--days", type=int, default=365, help="days they spread over (default 365)")
+    ingest.add_argument("--seed", type=int, default=0)
+    ingest.add_argument("--no-s3", action="store_true", help="the local folder only (the S3 server is moto, a test "
+                                                              "dependency)")
+    ingest.add_argument("--json", action="store_true")
+    ingest.set_defaults(func=cmd_bench_ingest)
     backfill = kinds.add_parser(
         "backfill", help="the same generated sessions over a short and a long range (default 30 and 720 days), "
                          "each distilled as one run in a fresh database, offline back ends: what empty days cost")

@@ -155,3 +155,49 @@ def write_transcripts(out: Path, config: GeneratorConfig) -> GeneratorStats:
         (out / f"{user}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
         messages += len(lines)
     return GeneratorStats(len(by_user), config.sessions, messages, len(days_used), len(by_user))
+
+
+@dataclass(frozen=True)
+class DayFilesConfig:
+    """A large transcript source for the ingestion benchmark: one JSON Lines file per day."""
+    messages: int = 5_000_000
+    days: int = 365
+    seed: int = 0
+    start: date = date(2025, 1, 1)
+
+    def __post_init__(self) -> None:
+        if self.days < 1 or self.messages < self.days:
+            raise ValueError("--days must be at least 1 and --messages at least one a day")
+
+
+def write_day_files(out: Path, config: DayFilesConfig) -> GeneratorStats:
+    """`out/YYYY/MM-DD.jsonl`, about 400 bytes a message; the same config gives the same bytes.
+    Written a day at a time, so memory stays that of one day."""
+    rng = random.Random(config.seed)
+    users = [f"user-{n:05d}" for n in range(1, max(10, config.messages // 5000) + 1)]
+    filler = ("The change keeps the old path working while the new one is rolled out, so nothing "
+              "breaks for clients that still send the previous payload. Once every client has moved, "
+              "the old path goes, with a note in the changelog and a test that it stays gone.")
+    per_day, sessions, files = config.messages // config.days, 0, 0
+    for d in range(config.days):
+        day = config.start + timedelta(days=d)
+        lines: list[str] = []
+        while len(lines) < per_day:
+            sessions += 1
+            user = rng.choice(users)
+            started = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(seconds=rng.randrange(20 * 3600))
+            for seq in range(1, min(rng.randrange(6, 21), per_day - len(lines)) + 1):
+                question, answer = rng.choice(TOPICS)
+                text = (question if seq % 2 else answer).format(
+                    table="orders", column="created_at", service=rng.choice(SERVICES), ms=rng.randrange(90, 900),
+                    pool=16, half=8, identifier="load_settings", ticket=rng.randrange(1000, 9999))
+                lines.append(json.dumps({
+                    "session_id": f"day-{config.seed}-{sessions:08d}", "user_id": user, "seq": seq,
+                    "role": "user" if seq % 2 else "assistant", "content": text + " " + filler[:rng.randrange(100, 260)],
+                    "ts": (started + timedelta(seconds=30 * seq)).isoformat().replace("+00:00", "Z"),
+                    "agent_id": "bench-agent"}, ensure_ascii=False))
+        path = out / f"{day.year}" / f"{day:%m-%d}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files += 1
+    return GeneratorStats(len(users), sessions, per_day * config.days, config.days, files)

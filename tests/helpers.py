@@ -40,7 +40,7 @@ def free_port() -> int:
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 AUDIT_COLUMNS = frozenset({"run_id", "ingested_run_id", "ingested_at", "created_at", "updated_at",
-                           "quarantined_at", "archived_at", "id"})
+                           "quarantined_at", "archived_at", "scanned_at", "id"})
 # jsonb copies of whole rows (memory_archive.row_data): compared without the skipped columns' keys.
 ROW_COPY_COLUMNS = frozenset({"row_data"})
 

@@ -13,8 +13,10 @@ import hashlib
 import json
 import threading
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Protocol
 
 import duckdb
@@ -115,6 +117,10 @@ class PostgresIndex:
 
 
 PROCESS_INDEX = MemoryIndex()
+# files kept validated between windows, by their size: DuckDB holds about three times that
+CACHE_BYTES = 128 * 1024 * 1024
+# a window no record falls in: reads only what no time dates
+_EMPTY = TimeWindow(datetime(1970, 1, 1, tzinfo=UTC), datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC))
 
 
 @dataclass(frozen=True)
@@ -145,27 +151,39 @@ class Catalog:
         return (min(near, key=lambda d: (2 * abs(d - mtime_day) + (d > mtime_day), d)),)
 
 
-class _Validated:
-    """The validated records of the files one window reads, kept while the next window reads
-    the same files (a range over a file of many days validates it once)."""
+class _ValidatedFiles:
+    """Validated files kept for the next windows that read them (a range over files of many
+    days validates each once), least recently used first out, up to `budget` bytes of files:
+    memory stays bounded by the budget and the largest file, whatever the location holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int = CACHE_BYTES) -> None:
         self._lock = threading.Lock()
-        self._key: tuple | None = None
-        self._con: duckdb.DuckDBPyConnection | None = None
+        self._budget = budget
+        self._files: OrderedDict[tuple, tuple[duckdb.DuckDBPyConnection, int]] = OrderedDict()
 
-    def rows(self, key: tuple, build, name: str, params: dict) -> list[tuple]:
+    def rows(self, key: tuple, size: int, build: Callable[[], duckdb.DuckDBPyConnection], params: dict) -> list[tuple]:
         with self._lock:
-            if key != self._key or self._con is None:
-                if self._con is not None:
-                    self._con.close()
-                # cleared first: a build that fails leaves nothing stale behind
-                self._con, self._key = None, None
-                self._con, self._key = build(), key
-            return self._con.execute(query(name), params).fetchall()
+            con = self._files.get(key, (None, 0))[0]
+            if con is None:
+                con = self._keep(key, build(), size)
+            self._files.move_to_end(key)
+            return con.execute(query("window_records"), params).fetchall()
+
+    def keep(self, key: tuple, con: duckdb.DuckDBPyConnection, size: int) -> None:
+        with self._lock:
+            self._keep(key, con, size)
+
+    def _keep(self, key: tuple, con: duckdb.DuckDBPyConnection, size: int) -> duckdb.DuckDBPyConnection:
+        old = self._files.pop(key, None)
+        if old is not None:
+            old[0].close()
+        self._files[key] = (con, size)
+        while len(self._files) > 1 and sum(s for _, s in self._files.values()) > self._budget:
+            self._files.popitem(last=False)[1][0].close()
+        return con
 
 
-_validated = _Validated()
+_validated = _ValidatedFiles()
 
 
 class FileSource:
@@ -180,38 +198,40 @@ class FileSource:
 
     # -- reading files
 
-    def _records(self, obj: SourceObject, data: bytes | None, problem: str | None) -> tuple[str, list[RawRecord]]:
-        if problem is not None:
-            # line 0 stands for "the file"
-            return "unreadable", [RawRecord(0, "", obj.size, QuarantineReason.UNREADABLE_FILE, problem)]
+    def _read(self, obj: SourceObject) -> tuple[str, list[RawRecord]]:
+        """A file's format and raw records; an unreadable one is one refused record (line 0:
+        the file), tried again next time."""
+        try:
+            data = self.store.read(obj)
+        except UnreadableObject as exc:
+            return "unreadable", [RawRecord(0, "", obj.size, QuarantineReason.UNREADABLE_FILE, str(exc))]
         fmt = self.settings.format or detect_format(obj.name, data)
         return fmt, list(decode_records(obj.name, data, fmt, self.settings.options))
 
-    def _read(self, obj: SourceObject) -> tuple[str, list[RawRecord]]:
-        try:
-            return self._records(obj, self.store.read(obj), None)
-        except UnreadableObject as exc:
-            return self._records(obj, None, str(exc))
-
-    def _validated(self, objects: Sequence[SourceObject], location_days: Sequence[int]) -> duckdb.DuckDBPyConnection:
-        batches = (SourcedRecords(obj.name, obj.mtime_ns // 1000, self._read(obj)[1]) for obj in objects)
-        return validate(raw_table(batches), timezone=self.settings.timezone, max_bytes=self.settings.max_bytes,
+    def _validate(self, obj: SourceObject, records: list[RawRecord],
+                  location_days: Sequence[int] = ()) -> duckdb.DuckDBPyConnection:
+        return validate(raw_table([SourcedRecords(obj.name, obj.mtime_ns // 1000, records)]),
+                        timezone=self.settings.timezone, max_bytes=self.settings.max_bytes,
                         location_days=location_days)
+
+    def _key(self, obj: SourceObject, location_days: Sequence[int]) -> tuple:
+        """What a file's validated records depend on: the file, the settings and, for a file
+        without a readable time of its own, the location's days that date it."""
+        return (self.location, self.settings.key, obj.name, *obj.state, tuple(location_days))
 
     # -- the index
 
     def _scan_alone(self, obj: SourceObject) -> IndexEntry | None:
-        """The index entry of one file, read and validated on its own; None when unreadable."""
-        try:
-            data = self.store.read(obj)
-        except UnreadableObject:
+        """The index entry of one file, read and validated on its own; None when unreadable.
+        A file with times of its own stays validated for the window that reads it next."""
+        fmt, records = self._read(obj)
+        if fmt == "unreadable":
             return None
-        fmt, records = self._records(obj, data, None)
-        con = validate(raw_table([SourcedRecords(obj.name, obj.mtime_ns // 1000, records)]),
-                       timezone=self.settings.timezone, max_bytes=self.settings.max_bytes)
-        try:
-            (count, refused, undated, days), = con.execute(query("file_summary")).fetchall()
-        finally:
+        con = self._validate(obj, records)
+        (count, refused, undated, days), = con.execute(query("file_summary")).fetchall()
+        if days:
+            _validated.keep(self._key(obj, ()), con, obj.size)
+        else:
             con.close()
         return IndexEntry(obj.name, obj.size, obj.mtime_ns, obj.etag, self.settings.key, fmt,
                           count, refused, undated, tuple(days))
@@ -236,35 +256,36 @@ class FileSource:
         self.index.delete(self.location, [*gone, *unreadable])
         return Catalog(listing, entries, unreadable, tuple(e.name for e in fresh), gone)
 
+    def _window_rows(self, obj: SourceObject, catalog: Catalog, window: TimeWindow, undated: bool) -> list[tuple]:
+        entry = catalog.entries.get(obj.name)
+        location_days = () if entry is not None and entry.days else catalog.location_days
+        return _validated.rows(self._key(obj, location_days), obj.size,
+                               lambda: self._validate(obj, self._read(obj)[1], location_days),
+                               {"start_us": to_us(window.start), "end_us": to_us(window.end), "undated": undated})
+
     # -- what a source offers
 
     def plan(self, window: TimeWindow, *, include_undated: bool = False) -> ScanPlan:
         catalog = self.catalog()
-        objects = {obj.name: obj for obj in catalog.listing.objects}
-        by_day: dict[int, list[SourceObject]] = {}
-        for obj in objects.values():
-            for day in catalog.days_of(obj):
-                by_day.setdefault(day, []).append(obj)
-        location_days = catalog.location_days
-        first, last = to_us(window.start) // DAY_US, (to_us(window.end) - 1) // DAY_US
-        if include_undated and not location_days:
+        objects = catalog.listing.objects
+        if include_undated and not catalog.location_days:
             # nothing in the location has a readable time: every record is undated, the run's own
-            windows = (window,) if objects else ()
-            groups = {window: list(objects.values())}
+            groups = {window: list(objects)} if objects else {}
         else:
-            days = [d for d in sorted(by_day) if first <= d <= last]
-            windows = tuple(day_window(window, d) for d in days)
-            groups = {w: by_day[d] for w, d in zip(windows, days)}
+            first, last = to_us(window.start) // DAY_US, (to_us(window.end) - 1) // DAY_US
+            by_day: dict[int, list[SourceObject]] = {}
+            for obj in objects:
+                for day in catalog.days_of(obj):
+                    if first <= day <= last:
+                        by_day.setdefault(day, []).append(obj)
+            groups = {day_window(window, d): by_day[d] for d in sorted(by_day)}
 
         def read(w: TimeWindow) -> TranscriptScan:
-            chosen = sorted(groups[w], key=lambda o: o.name)
-            key = (self.location, self.settings.key, tuple(location_days),
-                   tuple((o.name, *o.state) for o in chosen))
-            rows = _validated.rows(key, lambda: self._validated(chosen, location_days), "window_records",
-                                   {"start_us": to_us(w.start), "end_us": to_us(w.end), "undated": include_undated})
-            return scan_of(w, rows, len(chosen), catalog.listing.skipped)
+            # file by file, in name order (as records are ordered): one file in memory at a time
+            rows = [row for obj in groups[w] for row in self._window_rows(obj, catalog, w, include_undated)]
+            return scan_of(w, rows, len(groups[w]), catalog.listing.skipped)
 
-        return ScanPlan(windows, read, listed=len(objects), indexed=catalog.indexed, gone=catalog.gone,
+        return ScanPlan(tuple(groups), read, listed=len(objects), indexed=catalog.indexed, gone=catalog.gone,
                         unreadable=tuple(sorted(catalog.unreadable)), skipped=catalog.listing.skipped)
 
     def inventory(self) -> Inventory:
@@ -281,11 +302,8 @@ class FileSource:
         catalog = self.catalog()
         if catalog.location_days:
             return []
-        con = self._validated(catalog.listing.objects, ())
-        try:
-            return [row_to_result(row) for row in con.execute(query("undated_records")).fetchall()]
-        finally:
-            con.close()
+        return [row_to_result(row) for obj in catalog.listing.objects
+                for row in self._window_rows(obj, catalog, _EMPTY, True)]
 
     def changes(self, cursor: dict) -> Changes:
         """The days of the files new or changed since `cursor` (name → state)."""
@@ -295,4 +313,3 @@ class FileSource:
         objects = {obj.name: obj for obj in catalog.listing.objects}
         days = {d for name in changed for d in catalog.days_of(objects[name])}
         return Changes(tuple(day_of(d) for d in sorted(days)), current, changed)
-
