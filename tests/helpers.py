@@ -40,13 +40,16 @@ def free_port() -> int:
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 AUDIT_COLUMNS = frozenset({"run_id", "ingested_run_id", "ingested_at", "created_at", "updated_at",
-                           "quarantined_at", "archived_at", "scanned_at", "id"})
+                           "quarantined_at", "archived_at", "id"})
+# what is no memory: the migration ledger, and the index of transcript files (a cache of
+# file scans: copies of the same files differ in modification time)
+NOT_MEMORY = ("schema_migrations", "transcript_objects")
 # jsonb copies of whole rows (memory_archive.row_data): compared without the skipped columns' keys.
 ROW_COPY_COLUMNS = frozenset({"row_data"})
 
 
 def table_fingerprints(url: str, tables: Iterable[str] | None = None, *, skip_columns: frozenset = frozenset(),
-                       skip_tables: tuple[str, ...] = ("schema_migrations",)) -> dict[str, tuple[int, str]]:
+                       skip_tables: tuple[str, ...] = NOT_MEMORY) -> dict[str, tuple[int, str]]:
     """Row count and an md5 over every row of each table (all public tables by default),
     in a stable order."""
     with psycopg.connect(url) as conn:
@@ -73,7 +76,7 @@ def content_fingerprints(url: str, tables: Iterable[str] | None = None) -> dict[
     """table_fingerprints without the audit columns that name a run or a moment (run ids,
     write times, serial ids), also inside archived row copies, and without the llm_calls
     ledger: two runs that built the same content compare equal."""
-    return table_fingerprints(url, tables, skip_columns=AUDIT_COLUMNS, skip_tables=("schema_migrations", "llm_calls"))
+    return table_fingerprints(url, tables, skip_columns=AUDIT_COLUMNS, skip_tables=(*NOT_MEMORY, "llm_calls"))
 
 
 # Decay that may take old, unaccessed memory after one day instead of 90: the two weeks of

@@ -117,8 +117,8 @@ class PostgresIndex:
 
 
 PROCESS_INDEX = MemoryIndex()
-# files kept validated between windows, by their size: DuckDB holds about three times that
-CACHE_BYTES = 128 * 1024 * 1024
+# files kept validated between windows, by their size (DuckDB holds several times that)
+CACHE_BYTES = 32 * 1024 * 1024
 # a window no record falls in: reads only what no time dates
 _EMPTY = TimeWindow(datetime(1970, 1, 1, tzinfo=UTC), datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC))
 

@@ -17,25 +17,34 @@ WITH parsed AS (
            json_valid(r.raw) AS is_json,
            CASE WHEN json_valid(r.raw) AND json_type(r.raw) = 'OBJECT' THEN r.raw::JSON END AS j
     FROM raw_records AS r
-), fields AS (
-    SELECT p.*,
-           json_type(j, '$.session_id')   AS t_session_id, j ->> '$.session_id'   AS session_id,
-           json_type(j, '$.user_id')      AS t_user_id,    j ->> '$.user_id'      AS user_id,
-           json_type(j, '$.seq')          AS t_seq,        j ->> '$.seq'          AS seq_text,
-           json_type(j, '$.role')         AS t_role,       j ->> '$.role'         AS role,
-           json_type(j, '$.content')      AS t_content,    j ->> '$.content'      AS content,
-           json_type(j, '$.ts')           AS t_ts,         j ->> '$.ts'           AS ts_text,
-           json_type(j, '$.agent_id')     AS t_agent_id,   j ->> '$.agent_id'     AS agent_id,
-           json_type(j, '$.tool_name')    AS t_tool_name,  j ->> '$.tool_name'    AS tool_name,
-           json_type(j, '$.tool_call_id') AS t_tool_call_id, j ->> '$.tool_call_id' AS tool_call_id,
-           json_type(j, '$.tool_args')    AS t_tool_args,  j ->> '$.tool_args'    AS tool_args_text,
-           json_type(j, '$.metadata')     AS t_metadata,   j ->> '$.metadata'     AS metadata_text,
-           -- a fork names its parent session and the last parent turn it shares
-           json_type(j, '$.parent_session_id') AS t_parent_session_id, j ->> '$.parent_session_id' AS parent_session_id,
-           json_type(j, '$.fork_seq')     AS t_fork_seq,   j ->> '$.fork_seq'     AS fork_seq_text,
-           list_filter(['session_id', 'user_id', 'seq', 'role', 'content', 'ts'],
-                       lambda f: coalesce(json_type(j, '$.' || f), 'NULL') = 'NULL') AS missing
+), extracted AS (
+    -- every field parsed out of the record at once (a json_type or ->> per field parses the
+    -- whole record again: about five times the memory)
+    SELECT p.*, json_extract(j, ['$.session_id', '$.user_id', '$.seq', '$.role', '$.content', '$.ts', '$.agent_id', '$.tool_name', '$.tool_call_id', '$.tool_args', '$.metadata', '$.parent_session_id', '$.fork_seq']) AS v
     FROM parsed AS p
+), fields AS (
+    SELECT e.* EXCLUDE (v),
+           json_type(v[1]) AS t_session_id, v[1] ->> '$' AS session_id,
+           json_type(v[2]) AS t_user_id, v[2] ->> '$' AS user_id,
+           json_type(v[3]) AS t_seq, v[3] ->> '$' AS seq_text,
+           json_type(v[4]) AS t_role, v[4] ->> '$' AS role,
+           json_type(v[5]) AS t_content, v[5] ->> '$' AS content,
+           json_type(v[6]) AS t_ts, v[6] ->> '$' AS ts_text,
+           json_type(v[7]) AS t_agent_id, v[7] ->> '$' AS agent_id,
+           json_type(v[8]) AS t_tool_name, v[8] ->> '$' AS tool_name,
+           json_type(v[9]) AS t_tool_call_id, v[9] ->> '$' AS tool_call_id,
+           json_type(v[10]) AS t_tool_args, v[10] ->> '$' AS tool_args_text,
+           json_type(v[11]) AS t_metadata, v[11] ->> '$' AS metadata_text,
+           json_type(v[12]) AS t_parent_session_id, v[12] ->> '$' AS parent_session_id,
+           json_type(v[13]) AS t_fork_seq, v[13] ->> '$' AS fork_seq_text,
+           list_filter([CASE WHEN coalesce(json_type(v[1]), 'NULL') = 'NULL' THEN 'session_id' END,
+                        CASE WHEN coalesce(json_type(v[2]), 'NULL') = 'NULL' THEN 'user_id' END,
+                        CASE WHEN coalesce(json_type(v[3]), 'NULL') = 'NULL' THEN 'seq' END,
+                        CASE WHEN coalesce(json_type(v[4]), 'NULL') = 'NULL' THEN 'role' END,
+                        CASE WHEN coalesce(json_type(v[5]), 'NULL') = 'NULL' THEN 'content' END,
+                        CASE WHEN coalesce(json_type(v[6]), 'NULL') = 'NULL' THEN 'ts' END],
+                       lambda m: m IS NOT NULL) AS missing
+    FROM extracted AS e
 ), timed AS (
     SELECT f.*,
            CASE

@@ -18,7 +18,7 @@ from memory_pipelines.llm import ModelConfig
 from memory_pipelines.llm.pricing import Price, load_price_table, price_for
 from tests.fakes import FakeModelServer
 from tests.helpers import (
-    AUDIT_COLUMNS, materialization_metadata, materialize_partitions, pipeline_resources, table_fingerprints,
+    AUDIT_COLUMNS, NOT_MEMORY, materialization_metadata, materialize_partitions, pipeline_resources, table_fingerprints,
 )
 
 DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(7)]
@@ -129,7 +129,7 @@ ROW_AUDIT_KEYS = ["id", "run_id", "created_at", "updated_at", "partition_key", "
 
 
 def recovered_state(url) -> dict:
-    state = table_fingerprints(url, skip_columns=DEFERRED, skip_tables=("schema_migrations", "llm_calls"))
+    state = table_fingerprints(url, skip_columns=DEFERRED, skip_tables=(*NOT_MEMORY, "llm_calls"))
     state["merges"] = rows(url, "SELECT f.user_id, f.category, f.key, s.key FROM memory_facts f "
                                 "JOIN memory_facts s ON s.id = f.merged_into ORDER BY 1, 2, 3")
     state["archived"] = rows(url, "SELECT source_table, reason, (row_data - %s::text[])::text FROM memory_archive "

@@ -102,3 +102,17 @@ def test_bench_backfill_runs_the_same_sessions_over_a_short_and_a_long_range(dat
         (long["seconds"] - long["bookkeeping_seconds"]) / (short["seconds"] - short["bookkeeping_seconds"]))
     bad = cli("bench", "backfill", "--short-days", "30", "--long-days", "30")
     assert bad.returncode == 2 and "--short-days 30 must be at least 1 and below --long-days 30" in bad.stderr
+
+
+def test_bench_ingest_measures_each_run_in_a_process_of_its_own(database_url):
+    done = cli("bench", "ingest", "--messages", "600", "--days", "3", "--json", timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    runs = {(r["source"], r["scenario"]): r for r in result["runs"]}
+    assert {source for source, _ in runs} == {"local", "s3"}
+    for (source, scenario), run in runs.items():
+        assert run["peak_rss_mb"] > 50 and run["seconds"] > 0, (source, scenario)
+        # one day reads one file of 200 messages; the whole range all three
+        assert (run["read"], run["files_read"]) == ((600, 3) if scenario.startswith("whole") else (200, 1))
+    assert runs[("local", "one day, first run (indexes every file)")]["files_indexed"] == 3
+    assert runs[("local", "one day, index kept")]["files_indexed"] == 0

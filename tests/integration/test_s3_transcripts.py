@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import dagster as dg
 import psycopg
 
 from assets.transcripts import transcripts
@@ -61,3 +62,32 @@ def test_a_prefix_is_ingested_and_the_next_run_reads_only_what_is_new(s3_bucket,
         refused = conn.execute("SELECT source_file, reason FROM quarantine").fetchall()
     assert kept == 2, "a deleted object's archived messages stay"
     assert refused == [("late/broken.parquet", "unreadable_file")]
+
+
+def test_the_sensor_requests_the_days_of_new_objects(s3_bucket, monkeypatch):
+    from assets.definitions import transcript_files_sensor
+
+    endpoint, bucket = s3_bucket
+    put_object(endpoint, bucket, "logs/a.jsonl", _line("s-1", 1, "2026-10-04T09:00:00Z", "first"))
+    monkeypatch.setenv("MEMORY_TRANSCRIPTS", f"s3://{bucket}/logs")
+    context = dg.build_sensor_context(cursor=None)
+    assert [r.partition_key for r in transcript_files_sensor(context)] == ["2026-10-04"]
+    assert isinstance(transcript_files_sensor(dg.build_sensor_context(cursor=context.cursor)), dg.SkipReason)
+    put_object(endpoint, bucket, "logs/b.jsonl", _line("s-2", 1, "2026-10-09T09:00:00Z", "second"))
+    assert [r.partition_key for r in transcript_files_sensor(dg.build_sensor_context(cursor=context.cursor))] \
+        == ["2026-10-09"]
+
+
+def test_memory_pipelines_run_reads_a_bucket_prefix(s3_bucket, database_url):
+    from tests.integration.test_cli import cli
+
+    endpoint, bucket = s3_bucket
+    put_object(endpoint, bucket, "logs/a.jsonl", _line("s-1", 1, "2026-10-04T09:00:00Z", "we deploy on Tuesdays") +
+               _line("s-1", 2, "2026-10-04T09:01:00Z", "and never on Fridays"))
+    done = cli("run", "--transcripts", f"s3://{bucket}/logs")
+    assert done.returncode == 0, done.stderr
+    assert f"transcripts: s3://{bucket}/logs" in done.stdout and "partitions:  2026-10-04 .. 2026-10-04" in done.stdout
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT source_file, count(*) FROM messages GROUP BY 1").fetchall() == [("a.jsonl", 2)]
+    missing = cli("run", "--transcripts", f"s3://{bucket}-nope/logs")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
