@@ -14,7 +14,7 @@ from datetime import date
 from pathlib import Path
 
 from memory_pipelines.config import ConfigError, Settings, validate_environment
-from memory_pipelines.records import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES
+from memory_pipelines.records import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES, TRANSCRIPT_FORMATS
 
 
 class CliError(RuntimeError):
@@ -967,8 +967,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memory_pipelines.formats import TRANSCRIPT_FORMATS
-
     parser = argparse.ArgumentParser(prog="memory-pipelines", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)

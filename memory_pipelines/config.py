@@ -20,6 +20,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from memory_pipelines.records import TRANSCRIPT_FORMATS
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 SAMPLE_TRANSCRIPTS = PACKAGE_DIR / "sample_data" / "transcripts"
 SAMPLE_BAD_INPUT = PACKAGE_DIR / "sample_data" / "bad_input"
@@ -235,7 +237,7 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
          secret=True),
     Spec("MEMORY_TRANSCRIPTS", TRANSCRIPT_LOCATION, str(SAMPLE_TRANSCRIPTS),
          "where transcripts are read: a file or folder, s3://bucket/prefix, or postgresql://…?table=NAME"),
-    Spec("MEMORY_TRANSCRIPT_FORMAT", choice("auto", "canonical", "openai", "agent-events", "chat-export"), "auto",
+    Spec("MEMORY_TRANSCRIPT_FORMAT", choice("auto", *TRANSCRIPT_FORMATS), "auto",
          "how transcript files are read (auto: detected per file; see docs/formats.md)"),
     Spec("MEMORY_FORMAT_FIELDS", NAME_MAPPING, None, "where the openai and agent-events formats find session, user "
          "and time fields (dotted paths), overriding the defaults"),

@@ -29,9 +29,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from memory_pipelines.records import QuarantineReason
+from memory_pipelines.records import TRANSCRIPT_FORMATS, QuarantineReason
 
-TRANSCRIPT_FORMATS = ("canonical", "openai", "agent-events", "chat-export")
 TRANSCRIPT_SUFFIXES = (".jsonl", ".ndjson", ".parquet", ".json")
 ACCEPTED_KINDS = (".jsonl or .ndjson (JSON Lines), .parquet, or .json (a JSON array of messages such as "
                   "history.json, or a chat-service conversations.json export)")

@@ -34,6 +34,8 @@ class QuarantineReason(StrEnum):
 
 # what unified search can be narrowed to
 SEARCH_SCOPES = ("all", "facts", "raw", "sketches", "knowledge")
+# how transcript files are read (memory_pipelines.formats, docs/formats.md)
+TRANSCRIPT_FORMATS = ("canonical", "openai", "agent-events", "chat-export")
 # how a fork's turns come into its parent (memory_pipelines.forks)
 MERGE_MODES = ("append", "replace", "summarize")
 # what an agent reads of one search by default: about 1,500 tokens, the range memory services

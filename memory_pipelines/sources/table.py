@@ -20,15 +20,13 @@ from psycopg import sql
 
 from memory_pipelines.config import mask_url
 from memory_pipelines.db.queries import query
-from memory_pipelines.formats import RawRecord
+from memory_pipelines.formats import CANONICAL_FIELDS, RawRecord
 from memory_pipelines.records import QuarantinedRecord, TimeWindow, TranscriptScan
 from memory_pipelines.sources.base import Changes, Inventory, ScanPlan, TranscriptSourceError
 from memory_pipelines.transcripts import (
     SourcedRecords, day_of, day_window, raw_table, row_to_result, scan_of, to_us, validate,
 )
 
-CANONICAL = ("session_id", "user_id", "seq", "role", "content", "ts", "agent_id", "tool_name", "tool_args",
-             "tool_call_id", "metadata", "parent_session_id", "fork_seq")
 REQUIRED = ("session_id", "seq", "role", "content", "ts")
 TIME_TYPES = ("timestamp with time zone", "timestamp without time zone", "date")
 _URL_PARAMETERS = ("table", "watermark")
@@ -68,7 +66,7 @@ class TableSource:
         if not types:
             raise TranscriptSourceError(f"no table or view {self.table!r} in {self.location} (name it with ?table=)")
         given = self._settings.columns
-        mapping = {name: given.get(name, name) for name in (*CANONICAL, "id") if given.get(name, name) in types}
+        mapping = {name: given.get(name, name) for name in CANONICAL_FIELDS if given.get(name, name) in types}
         for name, column in given.items():
             if column not in types:
                 raise TranscriptSourceError(f"MEMORY_SOURCE_COLUMNS maps {name} to {column!r}, which {self.table} "
@@ -114,12 +112,15 @@ class TableSource:
             record["metadata"] = metadata
         record.setdefault("user_id", self._settings.source_user)
         text = json.dumps(record, ensure_ascii=False, default=str)
-        # a row is traced by its id when the table has one, else by session and seq
+        # a row is traced by its id when the table has one, else by session and seq; a row
+        # with no time stands apart, so no neighbour dates it into another day's read
         if isinstance(row_id, int):
             source, line = self.table, row_id
         else:
             source = f"{self.table}#{record.get('session_id')}"
             line = record["seq"] if isinstance(record.get("seq"), int) else ordinal
+        if record.get("ts") is None:
+            source = f"{self.table}#no-time"
         return SourcedRecords(source, 0, [RawRecord(line, text, len(raw.encode()))])
 
     # -- what a source offers

@@ -133,3 +133,20 @@ def test_the_sensor_requests_the_days_of_new_rows(agent_db, monkeypatch):
     _insert(agent, ("c-9", "ann", 1, "user", "later", _ts(6, 9), None, _ts(6, 9)))
     assert [r.partition_key for r in transcript_files_sensor(dg.build_sensor_context(cursor=context.cursor))] \
         == ["2026-10-06"]
+
+
+def test_a_row_without_a_time_is_quarantined_once_and_the_others_stored(agent_db, database_url):
+    agent = agent_db()
+    with psycopg.connect(agent) as conn:
+        conn.execute(TABLE)
+    _insert(agent, ("c-1", "ann", 1, "user", "timed", _ts(3, 9), None, _ts(3, 9)),
+            ("c-1", "ann", 2, "user", "untimed", None, None, _ts(3, 9)),
+            ("c-2", "ann", 1, "user", "timed too", _ts(4, 9), None, _ts(4, 9)))
+    location = _table(agent, "table=chat_messages")
+    for day in ("2026-10-03", "2026-10-04", "2026-10-03"):
+        materialize_partitions([transcripts], [day], database_url, location, columns=COLUMNS)
+    with psycopg.connect(database_url) as conn:
+        stored = conn.execute("SELECT session_id, seq FROM messages ORDER BY 1, 2").fetchall()
+        refused = conn.execute("SELECT source_file, source_line, reason, detail FROM quarantine").fetchall()
+    assert stored == [("c-1", 1), ("c-2", 1)]
+    assert refused == [("chat_messages#no-time", 2, "missing_field", "missing required field(s): ts")]
