@@ -822,8 +822,10 @@ def cmd_config(args: argparse.Namespace) -> int:
             value, source = derived[name], f"derived: {spec.derived}"
         if value is None or value == "":
             shown = "-"
+        elif "://" in str(value):
+            shown = mask_url(str(value))  # a postgresql:// transcript source names its password too
         elif spec.secret:
-            shown = mask_url(str(value)) if "://" in str(value) else "***"
+            shown = "***"
         else:
             shown = str(value)
         rows.append((name, shown, source))

@@ -305,7 +305,7 @@ def _parse(name: str, text: str):
     try:
         return spec.kind.parse(text)
     except (ValueError, TypeError, OverflowError):
-        shown = "(hidden)" if spec.secret else repr(text)
+        shown = "(hidden)" if spec.secret else repr(mask_url(text) if "://" in text else text)
         raise ConfigError(f"{name}={shown} is not valid: expected {spec.kind.accepted}") from None
 
 

@@ -1,6 +1,8 @@
-"""Stage `transcripts`: every transcript record whose time falls in the window, scanned by
-DuckDB, validated and archived in `messages` with `sessions` kept in step; refused records
-go to `quarantine` with their reason. read = stored + duplicate + quarantined + forgotten."""
+"""Stage `transcripts`: every transcript record whose time falls in the window, from the
+source `MEMORY_TRANSCRIPTS` names (memory_pipelines.sources), validated by DuckDB and
+archived in `messages` with `sessions` kept in step, one day at a time; refused records go to
+`quarantine` with their reason. read = stored + duplicate + quarantined + forgotten +
+superseded."""
 
 from __future__ import annotations
 

@@ -118,3 +118,9 @@ def test_a_name_mapping_comes_as_pairs_or_a_yaml_file(tmp_path):
     assert setting("MEMORY_SOURCE_COLUMNS", {"MEMORY_SOURCE_COLUMNS": str(tmp_path / "columns.yaml")}) == pairs
     with pytest.raises(ConfigError, match="MEMORY_SOURCE_COLUMNS='speaker=who' is not valid"):
         setting("MEMORY_SOURCE_COLUMNS", {"MEMORY_SOURCE_COLUMNS": "speaker=who"})
+
+
+def test_a_transcript_table_url_never_shows_its_password():
+    with pytest.raises(ConfigError) as refused:
+        setting("MEMORY_TRANSCRIPTS", {"MEMORY_TRANSCRIPTS": "postgresql://agent:s3cret@db/agents"})
+    assert "s3cret" not in str(refused.value) and "postgresql://agent:***@db/agents" in str(refused.value)
