@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import pandas as pd
 import psycopg
 
 from memory_pipelines.chunks import CHUNK_MAX_CHARS, CHUNK_MESSAGE_MAX_CHARS
@@ -20,7 +19,7 @@ from memory_pipelines.knowledge import CONSENT, KINDS, SCOPES
 from memory_pipelines.records import (
     MAX_KEY_DECISIONS, MAX_KEYS, MAX_PAST_DISCUSSIONS, ROLES, SUMMARY_FIELDS, QuarantineReason,
 )
-from memory_pipelines.quality_gates.expectations import QualityResult, validate_frame
+from memory_pipelines.quality_gates.expectations import FrameValidation, QualityResult
 from memory_pipelines.rules.noise import DROP_THRESHOLD
 from memory_pipelines.turns import INDEXED_ROLES, TEXT_SEARCH_CONFIGS
 
@@ -35,6 +34,9 @@ class QualityCheck:
     description: str
     rows_where: str | None = None  # a boolean column: only those rows are checked
 
+
+# rows of one frame a check validates at a time: a year's range never in memory at once
+CHECK_FRAME_ROWS = 200_000
 
 # Constants the check queries bind besides the scope.
 QUERY_CONSTANTS = {
@@ -226,17 +228,28 @@ CHECKS: dict[str, tuple[QualityCheck, ...]] = {
 }
 
 
+def chunk_column(checks: Sequence[QualityCheck]) -> str | None:
+    """The column the rows of checks sharing one query may be cut by: one every unique
+    expectation of theirs includes (rows equal on it are then in one frame), else their key's
+    first; None: not to be cut."""
+    uniques = [spec[1] for check in checks for spec in check.expectations if spec[0] == "unique"]
+    column = uniques[0][0] if uniques else checks[0].key[0]
+    return column if all(column in columns for columns in uniques) else None
+
+
 def run_checks(conn: psycopg.Connection, checks: Sequence[QualityCheck],
                scope: Mapping) -> list[tuple[QualityCheck, QualityResult]]:
-    """Each check over its rows in scope; checks reading the same query share one read."""
+    """Each check over its rows in scope, read in frames of CHECK_FRAME_ROWS; checks reading
+    the same query share each frame."""
     params = {**QUERY_CONSTANTS, **scope}
-    frames: dict[str, pd.DataFrame] = {}
-    outcomes = []
-    for check in checks:
-        if check.rows not in frames:
-            frames[check.rows] = repository.check_frame(conn, check.rows, params)
-        frame = frames[check.rows]
-        if check.rows_where is not None and not frame.empty:
-            frame = frame[frame[check.rows_where]]
-        outcomes.append((check, validate_frame(check.name, frame, check.expectations, check.key)))
-    return outcomes
+    validations = [FrameValidation(check.name, check.expectations, check.key) for check in checks]
+    by_query: dict[str, list[int]] = {}
+    for index, check in enumerate(checks):
+        by_query.setdefault(check.rows, []).append(index)
+    for rows_query, indexes in by_query.items():
+        column = chunk_column([checks[i] for i in indexes])
+        for frame in repository.check_frames(conn, rows_query, params, column, CHECK_FRAME_ROWS):
+            for i in indexes:
+                where = checks[i].rows_where
+                validations[i].add(frame[frame[where]] if where is not None and not frame.empty else frame)
+    return [(check, validation.result()) for check, validation in zip(checks, validations)]

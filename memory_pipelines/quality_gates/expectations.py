@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -174,27 +174,58 @@ def _exception_message(info: dict | None) -> str | None:
     return next((m for m in map(_exception_message, info.values()) if m), None)
 
 
+@dataclass
+class _Tally:
+    """What one failed expectation found over the chunks validated so far."""
+    unexpected: int = 0
+    examples: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+class FrameValidation:
+    """One check's expectations over its rows, given chunk by chunk (a check over a year's
+    rows never holds them all); every row sharing a unique expectation's columns must come in
+    one chunk. `key` names the columns that identify a row in the summary's examples."""
+
+    def __init__(self, name: str, specs: Sequence[tuple], key: Sequence[str]) -> None:
+        self.name, self.specs, self.key = name, tuple(specs), tuple(key)
+        self.rows = 0
+        self._failed: dict[int, _Tally] = {}
+
+    def add(self, frame: pd.DataFrame) -> None:
+        if frame.empty:
+            return
+        self.rows += len(frame)
+        frame = _with_schema_errors(frame, self.specs)
+        batch = _batch_definition().get_batch(batch_parameters={"dataframe": frame})
+        # pass or fail first, at half the cost; only failed expectations run again to name their rows
+        verdicts = _results(batch, self.name, dict(enumerate(self.specs)), "BOOLEAN_ONLY")
+        failed = {index: spec for index, spec in enumerate(self.specs) if not verdicts[index].success}
+        details = _results(batch, self.name, failed, {"result_format": "SUMMARY",
+                                                      "unexpected_index_column_names": list(self.key)}) if failed else {}
+        for index, spec in failed.items():
+            result, tally = details[index], self._failed.setdefault(index, _Tally())
+            tally.error = tally.error or _exception_message(result.exception_info)
+            tally.unexpected += result.result.get("unexpected_count") or 0
+            room = EXAMPLES - len(tally.examples)
+            tally.examples += [_example(spec, row, self.key)
+                               for row in (result.result.get("partial_unexpected_index_list") or [])[:max(room, 0)]]
+
+    def result(self) -> QualityResult:
+        if not self.rows:
+            return QualityResult(True, 0, f"{self.name}: no rows in scope", ())
+        failures = [f"{describe(self.specs[index])}: " + (
+            f"error {tally.error}" if tally.error else
+            f"{tally.unexpected} of {self.rows} rows fail, e.g. {'; '.join(tally.examples)}")
+            for index, tally in sorted(self._failed.items())]
+        summary = f"{self.name}: {len(self.specs) - len(failures)}/{len(self.specs)} expectations met over " \
+                  f"{self.rows} rows" + ("" if not failures else "; " + "; ".join(failures))
+        return QualityResult(not failures, self.rows, summary, tuple(failures))
+
+
 def validate_frame(name: str, frame: pd.DataFrame, specs: Sequence[tuple], key: Sequence[str]) -> QualityResult:
     """Run the expectations over `frame` (the rows in scope of one check); `key` names the
     columns that identify a row in the summary's examples."""
-    if frame.empty:
-        return QualityResult(True, 0, f"{name}: no rows in scope", ())
-    frame = _with_schema_errors(frame, specs)
-    batch = _batch_definition().get_batch(batch_parameters={"dataframe": frame})
-    # pass or fail first, at half the cost; only failed expectations run again to name their rows
-    verdicts = _results(batch, name, dict(enumerate(specs)), "BOOLEAN_ONLY")
-    failed = {index: spec for index, spec in enumerate(specs) if not verdicts[index].success}
-    details = _results(batch, name, failed, {"result_format": "SUMMARY",
-                                             "unexpected_index_column_names": list(key)}) if failed else {}
-    failures = []
-    for index, spec in failed.items():
-        result = details[index]
-        error = _exception_message(result.exception_info)
-        examples = [_example(spec, row, key) for row in (result.result.get("partial_unexpected_index_list")
-                                                         or [])[:EXAMPLES]]
-        failures.append(f"{describe(spec)}: " + (
-            f"error {error}" if error else
-            f"{result.result.get('unexpected_count')} of {len(frame)} rows fail, e.g. {'; '.join(examples)}"))
-    summary = f"{name}: {len(specs) - len(failures)}/{len(specs)} expectations met over {len(frame)} rows" + (
-        "" if not failures else "; " + "; ".join(failures))
-    return QualityResult(not failures, len(frame), summary, tuple(failures))
+    validation = FrameValidation(name, specs, key)
+    validation.add(frame)
+    return validation.result()

@@ -201,3 +201,7 @@ SELECT t.tree_kind, t.tree_key, t.node_key,
 FROM memory_tree t
 LEFT JOIN memory_tree p ON p.tree_kind = t.tree_kind AND p.tree_key = t.tree_key AND p.node_key = t.parent_key
 WHERE t.user_id = ANY(%(user_ids)s);
+
+-- name: check_rows_ordered
+-- A check's rows (one of the queries above) in the order they are cut into frames.
+SELECT * FROM ({rows}) AS q ORDER BY {column};
