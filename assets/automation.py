@@ -8,9 +8,12 @@ from datetime import UTC
 import dagster as dg
 
 from assets.partitions import daily_partitions
+from assets.resources import PostgresResource
 from memory_pipelines.config import mask_url, setting
+from memory_pipelines.db.connection import get_pool
 from memory_pipelines.sources import SourceSettings, open_source
 from memory_pipelines.sources.base import TranscriptSourceError
+from memory_pipelines.sources.files import PostgresIndex
 
 AUTOMATION_ON = setting("MEMORY_AUTOMATION")
 DEFAULT_STATUS = dg.DefaultScheduleStatus.RUNNING if AUTOMATION_ON else dg.DefaultScheduleStatus.STOPPED
@@ -30,12 +33,14 @@ def build_automation(job):
                default_status=dg.DefaultSensorStatus.RUNNING if AUTOMATION_ON else dg.DefaultSensorStatus.STOPPED,
                description="Watches MEMORY_TRANSCRIPTS (a folder, an s3:// prefix or a postgresql:// table); new or "
                            "changed input requests a run for each day its records fall on, once (the cursor keeps "
-                           "every file's size, modification time and ETag, or a table's watermark).")
-    def transcript_files_sensor(context: dg.SensorEvaluationContext):
+                           "every file's size and modification time, or a table's watermark).")
+    def transcript_files_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource):
         settings = SourceSettings.from_env()
         seen = json.loads(context.cursor) if context.cursor else {}
         try:
-            found = open_source(settings).changes(seen)
+            # the runs' own index: a file already scanned by a run (or an earlier tick, even
+            # of a process since restarted) is not read again to learn its days
+            found = open_source(settings, PostgresIndex(get_pool(postgres.url()))).changes(seen)
         except TranscriptSourceError as exc:
             return dg.SkipReason(str(exc))
         if not found.changed:

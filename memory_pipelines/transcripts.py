@@ -25,7 +25,7 @@ from memory_pipelines.records import Message, QuarantinedRecord, QuarantineReaso
 
 SKIPPED_SHOWN = 10
 DAY_US = 86_400_000_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _RAW_COLUMNS = ("source", "line", "raw", "raw_bytes", "pre_reason", "pre_detail", "file_mtime_us")
 _RAW_TYPES = (pa.string(), pa.int64(), pa.string(), pa.int64(), pa.string(), pa.string(), pa.int64())
 
@@ -38,16 +38,16 @@ def describe_skipped(skipped: Sequence[str]) -> str:
 
 
 def to_us(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(microseconds=1)
+    return (moment - EPOCH) // timedelta(microseconds=1)
 
 
 def from_us(us: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=us)
+    return EPOCH + timedelta(microseconds=us)
 
 
 def day_of(day_number: int):
     """The date of a UTC day number (days since 1970-01-01)."""
-    return (_EPOCH + timedelta(days=day_number)).date()
+    return (EPOCH + timedelta(days=day_number)).date()
 
 
 def hash_message(fields: dict[str, Any]) -> str:
@@ -126,16 +126,18 @@ def row_to_result(row: tuple) -> Message | QuarantinedRecord:
 
 def day_window(window: TimeWindow, day: int) -> TimeWindow:
     """The part of `window` on one UTC day (a day number)."""
-    start = _EPOCH + timedelta(days=day)
+    start = EPOCH + timedelta(days=day)
     return TimeWindow(max(window.start, start), min(window.end, start + timedelta(days=1)))
 
 
-def scan_of(window: TimeWindow, rows: list[tuple], files: int, skipped: tuple[str, ...] = ()) -> TranscriptScan:
-    """A window's validated rows as messages and refused records."""
+def scan_of(window: TimeWindow, rows: list[tuple], files: int, skipped: tuple[str, ...] = (),
+            refused: Sequence[QuarantinedRecord] = ()) -> TranscriptScan:
+    """A window's validated rows as messages and refused records, with `refused` (records
+    refused before validation: an unreadable file) after them."""
     results = [row_to_result(row) for row in rows]
     return TranscriptScan(
         window=window,
         messages=tuple(r for r in results if isinstance(r, Message)),
-        quarantined=tuple(r for r in results if isinstance(r, QuarantinedRecord)),
+        quarantined=(*(r for r in results if isinstance(r, QuarantinedRecord)), *refused),
         files=files, skipped_files=skipped,
     )

@@ -249,3 +249,13 @@ def location_days(location, **settings) -> list[date]:
     catalog = open_source(SourceSettings(location=str(location), **settings), MemoryIndex()).catalog()
     days = {d for obj in catalog.listing.objects for d in catalog.days_of(obj)}
     return [day_of(d) for d in sorted(days)]
+
+
+def sensor_context(database_url: str, cursor: str | None = None):
+    """A built sensor context with the `postgres` resource the transcript sensor keeps its
+    index in."""
+    import dagster as dg
+
+    from assets.resources import PostgresResource
+
+    return dg.build_sensor_context(cursor=cursor, resources={"postgres": PostgresResource(database_url=database_url)})

@@ -38,6 +38,14 @@ class SourceObject:
         return [self.size, self.mtime_ns, self.etag]
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectBytes:
+    """What reading an object gave: its bytes and, from object storage, the ETag of the
+    version read (kept in the index with the object's size and modification time)."""
+    data: bytes
+    etag: str | None = None
+
+
 @dataclass(frozen=True)
 class Listing:
     """The transcript files under a location, and the files there of no transcript kind."""
@@ -53,7 +61,7 @@ class ObjectStore(Protocol):
 
     def list_objects(self) -> Listing: ...
 
-    def read(self, obj: SourceObject) -> bytes:
+    def read(self, obj: SourceObject) -> ObjectBytes:
         """The object's bytes; raises UnreadableObject when it cannot be read."""
         ...
 

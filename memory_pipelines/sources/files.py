@@ -63,7 +63,9 @@ class IndexEntry:
     days: tuple[int, ...]  # UTC day numbers its own times fall on; () when none is readable
 
     def describes(self, obj: SourceObject, scan_key: str) -> bool:
-        return (self.size, self.mtime_ns, self.etag, self.scan_key) == (obj.size, obj.mtime_ns, obj.etag, scan_key)
+        # a listing without ETags (a folder; S3 through pyarrow) compares size and time
+        return ((self.size, self.mtime_ns, self.scan_key) == (obj.size, obj.mtime_ns, scan_key)
+                and obj.etag in (None, self.etag))
 
 
 class ObjectIndex(Protocol):
@@ -198,15 +200,11 @@ class FileSource:
 
     # -- reading files
 
-    def _read(self, obj: SourceObject) -> tuple[str, list[RawRecord]]:
-        """A file's format and raw records; an unreadable one is one refused record (line 0:
-        the file), tried again next time."""
-        try:
-            data = self.store.read(obj)
-        except UnreadableObject as exc:
-            return "unreadable", [RawRecord(0, "", obj.size, QuarantineReason.UNREADABLE_FILE, str(exc))]
-        fmt = self.settings.format or detect_format(obj.name, data)
-        return fmt, list(decode_records(obj.name, data, fmt, self.settings.options))
+    def _read(self, obj: SourceObject) -> tuple[str, list[RawRecord], str | None]:
+        """A file's format, raw records and ETag; raises UnreadableObject."""
+        read = self.store.read(obj)
+        fmt = self.settings.format or detect_format(obj.name, read.data)
+        return fmt, list(decode_records(obj.name, read.data, fmt, self.settings.options)), read.etag
 
     def _validate(self, obj: SourceObject, records: list[RawRecord],
                   location_days: Sequence[int] = ()) -> duckdb.DuckDBPyConnection:
@@ -224,8 +222,9 @@ class FileSource:
     def _scan_alone(self, obj: SourceObject) -> IndexEntry | None:
         """The index entry of one file, read and validated on its own; None when unreadable.
         A file with times of its own stays validated for the window that reads it next."""
-        fmt, records = self._read(obj)
-        if fmt == "unreadable":
+        try:
+            fmt, records, etag = self._read(obj)
+        except UnreadableObject:
             return None
         con = self._validate(obj, records)
         (count, refused, undated, days), = con.execute(query("file_summary")).fetchall()
@@ -233,7 +232,7 @@ class FileSource:
             _validated.keep(self._key(obj, ()), con, obj.size)
         else:
             con.close()
-        return IndexEntry(obj.name, obj.size, obj.mtime_ns, obj.etag, self.settings.key, fmt,
+        return IndexEntry(obj.name, obj.size, obj.mtime_ns, etag or obj.etag, self.settings.key, fmt,
                           count, refused, undated, tuple(days))
 
     def catalog(self) -> Catalog:
@@ -248,15 +247,19 @@ class FileSource:
                 if entry is None:
                     unreadable[obj.name] = obj
                     continue
+                # saved as it is made: a scan of a large new location cut short (a sensor
+                # tick's time limit, a stopped run) keeps what it read
+                self.index.save(self.location, [entry])
                 fresh.append(entry)
             entries[obj.name] = entry
         listed = {obj.name for obj in listing.objects}
         gone = tuple(sorted(name for name in known if name not in listed))
-        self.index.save(self.location, fresh)
         self.index.delete(self.location, [*gone, *unreadable])
         return Catalog(listing, entries, unreadable, tuple(e.name for e in fresh), gone)
 
     def _window_rows(self, obj: SourceObject, catalog: Catalog, window: TimeWindow, undated: bool) -> list[tuple]:
+        """A file's validated records in the window; raises UnreadableObject (a failed read is
+        never kept: the next window or run reads the file again)."""
         entry = catalog.entries.get(obj.name)
         location_days = () if entry is not None and entry.days else catalog.location_days
         return _validated.rows(self._key(obj, location_days), obj.size,
@@ -268,7 +271,8 @@ class FileSource:
     def plan(self, window: TimeWindow, *, include_undated: bool = False) -> ScanPlan:
         catalog = self.catalog()
         objects = catalog.listing.objects
-        if include_undated and not catalog.location_days:
+        undated = include_undated and not catalog.location_days
+        if undated:
             # nothing in the location has a readable time: every record is undated, the run's own
             groups = {window: list(objects)} if objects else {}
         else:
@@ -280,10 +284,14 @@ class FileSource:
                         by_day.setdefault(day, []).append(obj)
             groups = {day_window(window, d): by_day[d] for d in sorted(by_day)}
 
+        refused: set[str] = set()  # files found unreadable: quarantined once, in the first window reading them
+
         def read(w: TimeWindow) -> TranscriptScan:
             # file by file, in name order (as records are ordered): one file in memory at a time
-            rows = [row for obj in groups[w] for row in self._window_rows(obj, catalog, w, include_undated)]
-            return scan_of(w, rows, len(groups[w]), catalog.listing.skipped)
+            rows, unreadable = self._rows_of(groups[w], catalog, w, undated)
+            fresh = [r for r in unreadable if r.source_file not in refused]
+            refused.update(r.source_file for r in fresh)
+            return scan_of(w, rows, len(groups[w]), catalog.listing.skipped, fresh)
 
         return ScanPlan(tuple(groups), read, listed=len(objects), indexed=catalog.indexed, gone=catalog.gone,
                         unreadable=tuple(sorted(catalog.unreadable)), skipped=catalog.listing.skipped)
@@ -302,8 +310,22 @@ class FileSource:
         catalog = self.catalog()
         if catalog.location_days:
             return []
-        return [row_to_result(row) for obj in catalog.listing.objects
-                for row in self._window_rows(obj, catalog, _EMPTY, True)]
+        rows, unreadable = self._rows_of(catalog.listing.objects, catalog, _EMPTY, True)
+        return [*(row_to_result(row) for row in rows), *unreadable]
+
+    def _rows_of(self, objects: Sequence[SourceObject], catalog: Catalog, window: TimeWindow,
+                 undated: bool) -> tuple[list[tuple], list[QuarantinedRecord]]:
+        """The validated rows of files in the window, and a refused record for each file that
+        cannot be read now."""
+        rows: list[tuple] = []
+        unreadable: list[QuarantinedRecord] = []
+        for obj in objects:
+            try:
+                rows.extend(self._window_rows(obj, catalog, window, undated))
+            except UnreadableObject as exc:
+                unreadable.append(QuarantinedRecord(obj.name, 0, QuarantineReason.UNREADABLE_FILE, str(exc), "",
+                                                    obj.size))
+        return rows, unreadable
 
     def changes(self, cursor: dict) -> Changes:
         """The days of the files new or changed since `cursor` (name → state)."""

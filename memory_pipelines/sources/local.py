@@ -6,7 +6,7 @@ from pathlib import Path
 
 from memory_pipelines.formats import ACCEPTED_KINDS, is_transcript_name
 from memory_pipelines.sources.base import (
-    Listing, NotATranscriptFile, SourceObject, TranscriptSourceError, UnreadableObject,
+    Listing, NotATranscriptFile, ObjectBytes, SourceObject, TranscriptSourceError, UnreadableObject,
 )
 
 
@@ -36,8 +36,8 @@ class LocalStore:
             objects.append(SourceObject(name, stat.st_size, stat.st_mtime_ns))
         return Listing(tuple(objects), tuple(skipped))
 
-    def read(self, obj: SourceObject) -> bytes:
+    def read(self, obj: SourceObject) -> ObjectBytes:
         try:
-            return (self._base / obj.name).read_bytes()
+            return ObjectBytes((self._base / obj.name).read_bytes())
         except OSError as exc:
             raise UnreadableObject(f"cannot read {self._base / obj.name}: {exc.strerror or exc}") from None

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from pyarrow import fs as pafs
 
 from memory_pipelines.formats import is_transcript_name
-from memory_pipelines.sources.base import Listing, SourceObject, TranscriptSourceError, UnreadableObject
+from memory_pipelines.sources.base import Listing, ObjectBytes, SourceObject, TranscriptSourceError, UnreadableObject
 
 # A dead endpoint must fail a run in seconds: at worst three attempts (the SDK's standard retry)
 # of a 3 s connect; a refused connection fails in 1-2 s. pyarrow applies request_timeout (a
@@ -97,8 +97,8 @@ class S3Store:
         files = sorted((i for i in infos if i.is_file), key=lambda i: i.path)
         names = [(i, i.path[len(self._base) + 1:]) for i in files]
         # Listing results carry ETags, but pyarrow's FileInfo does not expose them (pyarrow 26):
-        # only an open stream's metadata() has one, at the price of a HEAD request per object.
-        # Size and modification time (whole seconds at S3) are the change state.
+        # a HEAD request per object would. Size and modification time (whole seconds at S3) are
+        # the change state; the ETag of the version read comes with its bytes (`read`).
         objects = tuple(SourceObject(name, i.size, i.mtime_ns) for i, name in names if is_transcript_name(name))
         skipped = tuple(name for _, name in names if not is_transcript_name(name))
         return Listing(objects, skipped)
@@ -106,10 +106,11 @@ class S3Store:
     def _error(self, reason: str) -> TranscriptSourceError:
         return TranscriptSourceError(f"cannot list {self.location} at {self._where}: {reason}")
 
-    def read(self, obj: SourceObject) -> bytes:
+    def read(self, obj: SourceObject) -> ObjectBytes:
         try:
             with self._fs.open_input_stream(self._key(obj.name)) as stream:
-                return stream.read()
+                etag = stream.metadata().get("ETag")
+                return ObjectBytes(stream.read(), etag.decode().strip('"') if etag else None)
         except FileNotFoundError:
             reason = "it is gone since it was listed (deleted or renamed)"
         except OSError as exc:

@@ -12,7 +12,7 @@ keeps what was first ingested.
 from __future__ import annotations
 
 import json
-from datetime import UTC, date, datetime
+from datetime import date
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -24,13 +24,20 @@ from memory_pipelines.formats import CANONICAL_FIELDS, RawRecord
 from memory_pipelines.records import QuarantinedRecord, TimeWindow, TranscriptScan
 from memory_pipelines.sources.base import Changes, Inventory, ScanPlan, TranscriptSourceError
 from memory_pipelines.transcripts import (
-    SourcedRecords, day_of, day_window, raw_table, row_to_result, scan_of, to_us, validate,
+    EPOCH, SourcedRecords, day_of, day_window, raw_table, row_to_result, scan_of, to_us, validate,
 )
 
 REQUIRED = ("session_id", "seq", "role", "content", "ts")
 TIME_TYPES = ("timestamp with time zone", "timestamp without time zone", "date")
 _URL_PARAMETERS = ("table", "watermark")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _shared_columns(columns: dict[str, str]) -> dict[str, list[str]]:
+    """Columns that several canonical fields are mapped to (column -> the fields)."""
+    fields: dict[str, list[str]] = {}
+    for name, column in columns.items():
+        fields.setdefault(column, []).append(name)
+    return {column: names for column, names in fields.items() if len(names) > 1}
 
 
 class TableSource:
@@ -38,6 +45,8 @@ class TableSource:
         parts = urlsplit(settings.location)
         params = dict(parse_qsl(parts.query))
         self.table = params["table"]
+        # `schema.table` or `table`, each part as it is spelled (case kept)
+        self._table = sql.Identifier(*self.table.split("."))
         self.location = mask_url(settings.location)
         # the rest of the query string are libpq's own parameters (sslmode, …)
         self._conninfo = urlunsplit(parts._replace(query=urlencode(
@@ -54,18 +63,28 @@ class TableSource:
         except psycopg.OperationalError as exc:
             raise TranscriptSourceError(f"cannot connect to the transcript database {self.location}: "
                                         f"{str(exc).strip().splitlines()[0]}") from None
-        # a time written without a zone is read in the configured zone, as in files
-        conn.execute("SELECT set_config('TimeZone', %s, false)", [self._settings.timezone])
+        try:
+            # a time written without a zone is read in the configured zone, as in files
+            conn.execute("SELECT set_config('TimeZone', %s, false)", [self._settings.timezone])
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _mapping(self, conn: psycopg.Connection) -> dict[str, str]:
         """canonical field → column, checked against the table once per source."""
         if self._columns is not None:
             return self._columns
-        types = dict(conn.execute(query("source_table_columns"), {"table": self.table}).fetchall())
+        types = dict(conn.execute(query("source_table_columns"),
+                                  {"table": self._table.as_string(conn)}).fetchall())
         if not types:
             raise TranscriptSourceError(f"no table or view {self.table!r} in {self.location} (name it with ?table=)")
         given = self._settings.columns
+        shared = _shared_columns(given)
+        if shared:
+            column, names = next(iter(shared.items()))
+            raise TranscriptSourceError(f"MEMORY_SOURCE_COLUMNS maps {' and '.join(names)} to the one column "
+                                        f"{column!r}: map each canonical field to a column of its own")
         mapping = {name: given.get(name, name) for name in CANONICAL_FIELDS if given.get(name, name) in types}
         for name, column in given.items():
             if column not in types:
@@ -89,7 +108,7 @@ class TableSource:
 
     def _sql(self, name: str, mapping: dict[str, str]) -> sql.Composed:
         return sql.SQL(query(name)).format(
-            table=sql.Identifier(*self.table.split(".")), ts=sql.Identifier(mapping["ts"]),
+            table=self._table, ts=sql.Identifier(mapping["ts"]),
             session=sql.Identifier(mapping["session_id"]), seq=sql.Identifier(mapping["seq"]),
             watermark=sql.Identifier(self._watermark or mapping["ts"]))
 
@@ -143,7 +162,7 @@ class TableSource:
     def _rows(self, window: TimeWindow | None, *, undated: bool) -> list[tuple]:
         """The validated rows of a window (None: of no time) and, with `undated`, of the rows
         that hold no time."""
-        start, end = (window.start, window.end) if window else (_EPOCH, _EPOCH)
+        start, end = (window.start, window.end) if window else (EPOCH, EPOCH)
         batches: list[SourcedRecords] = []
         with self._connect() as conn:
             mapping = self._mapping(conn)

@@ -11,8 +11,10 @@ from dataclasses import asdict, dataclass, field
 
 from psycopg_pool import ConnectionPool
 
+from memory_pipelines.config import mask_url
 from memory_pipelines.db import repository
 from memory_pipelines.ingest import plan_ingest
+from memory_pipelines.records import QuarantineReason
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
 from memory_pipelines.sources import SourceSettings, open_source
 from memory_pipelines.sources.files import PostgresIndex
@@ -56,32 +58,40 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     # records no readable time dates go to the run's own range (there are any only when
     # nothing in the location has a readable time)
     plan = open_source(settings.source, PostgresIndex(pool)).plan(span, include_undated=True)
+    location = mask_url(settings.source.location)
     counts = TranscriptCounts(
-        partition_window=f"{span.start.isoformat()} .. {span.end.isoformat()}", source=settings.source.location,
+        partition_window=f"{span.start.isoformat()} .. {span.end.isoformat()}", source=location,
         files_listed=plan.listed, files_indexed=len(plan.indexed), files_gone=len(plan.gone),
-        files_unreadable=len(plan.unreadable), files_skipped=len(plan.skipped),
+        files_skipped=len(plan.skipped),
         files_skipped_first=list(plan.skipped[:SKIPPED_SHOWN]))
     report = StageReport(counts)
     written: set[str] = set()
-    with pool.connection() as conn, conn.transaction():
-        repository.lock_transcript_writes(conn)
-        # one day at a time: memory follows the day, not the location
+    unreadable = set(plan.unreadable)
+    with pool.connection() as conn:
+        # one day at a time, each its own transaction: memory follows the day, not the
+        # location, and a run stopped on a later day keeps the days it finished
         for day in plan.windows:
             scan = plan.read(day)
             counts.files_read += scan.files
-            written |= _ingest(conn, scan, window.label, window.run_id, counts, report)
+            # a file may also fail between indexing and reading its day
+            unreadable |= {r.source_file for r in scan.quarantined if r.reason == QuarantineReason.UNREADABLE_FILE}
+            with conn.transaction():
+                repository.lock_transcript_writes(conn)
+                written |= _ingest(conn, scan, window.label, window.run_id, counts, report)
         counts.table_rows = repository.row_counts(conn, repository.ARCHIVE_TABLES)
     counts.sessions_touched = len(written)
+    counts.files_unreadable = len(unreadable)
     report.sessions.update(written)
     report.check_scope = {"session_ids": sorted(written), "partition_label": window.label}
     if plan.skipped:
         report.warnings.append(describe_skipped(plan.skipped))
     if plan.gone:
-        report.warnings.append(f"{len(plan.gone)} file(s) indexed before are gone from {settings.source.location}: "
+        report.warnings.append(f"{len(plan.gone)} file(s) indexed before are gone from {location}: "
                                f"{', '.join(plan.gone[:SKIPPED_SHOWN])} (their archived messages stay)")
-    if plan.unreadable:
-        report.warnings.append(f"{len(plan.unreadable)} file(s) could not be read, quarantined as unreadable_file and "
-                               f"tried again next run: {', '.join(plan.unreadable[:SKIPPED_SHOWN])}")
+    if unreadable:
+        shown = sorted(unreadable)[:SKIPPED_SHOWN]
+        report.warnings.append(f"{len(unreadable)} file(s) could not be read, quarantined as unreadable_file "
+                               f"and tried again next run: {', '.join(shown)}")
     return report
 
 

@@ -1,10 +1,5 @@
 -- DuckDB queries over transcript files (not PostgreSQL).
 
--- name: scan_parquet_rows
--- insertion order is preserved by default, so row_number() is the file's row number
-SELECT row_number() OVER () AS line, to_json(p)::VARCHAR AS raw
-FROM parquet_rows AS p;
-
 -- name: scan_records
 -- Validates every raw record of `raw_records` in one pass and attributes it to an event
 -- time: its own `ts`, else the nearest datable record of the same file, else the day of
@@ -169,9 +164,6 @@ FROM attributed;
 SELECT * FROM validated_records
 WHERE (event_us >= $start_us AND event_us < $end_us) OR ($undated AND event_us IS NULL)
 ORDER BY source, line;
-
--- name: undated_records
-SELECT * FROM validated_records WHERE event_us IS NULL ORDER BY source, line;
 
 -- name: file_summary
 -- What one file's index entry keeps (validated alone, with no location days): its records,

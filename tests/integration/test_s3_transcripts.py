@@ -11,7 +11,7 @@ import psycopg
 
 from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from tests.helpers import materialization_metadata, materialize_partitions
+from tests.helpers import materialization_metadata, materialize_partitions, sensor_context
 from tests.s3_server import delete_object, put_object
 
 
@@ -39,7 +39,10 @@ def test_a_prefix_is_ingested_and_the_next_run_reads_only_what_is_new(s3_bucket,
     assert first["files_skipped_first"] == ["README.txt"]
     with psycopg.connect(database_url) as conn:
         sources = {row[0] for row in conn.execute("SELECT DISTINCT source_file FROM messages")}
+        # the index keeps each object's size, modification time and the ETag of the version read
+        indexed = conn.execute("SELECT name, etag FROM transcript_objects").fetchall()
     assert sources and all(s.startswith("bob/") for s in sources)
+    assert len(indexed) == listed and all(etag for _, etag in indexed)
 
     # an object added: the next run scans only it, and reads only it for its day
     put_object(endpoint, bucket, "agents/late/2026-10-20.jsonl",
@@ -64,17 +67,17 @@ def test_a_prefix_is_ingested_and_the_next_run_reads_only_what_is_new(s3_bucket,
     assert refused == [("late/broken.parquet", "unreadable_file")]
 
 
-def test_the_sensor_requests_the_days_of_new_objects(s3_bucket, monkeypatch):
+def test_the_sensor_requests_the_days_of_new_objects(s3_bucket, monkeypatch, database_url):
     from assets.definitions import transcript_files_sensor
 
     endpoint, bucket = s3_bucket
     put_object(endpoint, bucket, "logs/a.jsonl", _line("s-1", 1, "2026-10-04T09:00:00Z", "first"))
     monkeypatch.setenv("MEMORY_TRANSCRIPTS", f"s3://{bucket}/logs")
-    context = dg.build_sensor_context(cursor=None)
+    context = sensor_context(database_url, None)
     assert [r.partition_key for r in transcript_files_sensor(context)] == ["2026-10-04"]
-    assert isinstance(transcript_files_sensor(dg.build_sensor_context(cursor=context.cursor)), dg.SkipReason)
+    assert isinstance(transcript_files_sensor(sensor_context(database_url, context.cursor)), dg.SkipReason)
     put_object(endpoint, bucket, "logs/b.jsonl", _line("s-2", 1, "2026-10-09T09:00:00Z", "second"))
-    assert [r.partition_key for r in transcript_files_sensor(dg.build_sensor_context(cursor=context.cursor))] \
+    assert [r.partition_key for r in transcript_files_sensor(sensor_context(database_url, context.cursor))] \
         == ["2026-10-09"]
 
 

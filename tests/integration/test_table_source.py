@@ -13,7 +13,7 @@ from assets.transcripts import transcripts
 from memory_pipelines.sources import SourceSettings, open_source
 from memory_pipelines.sources.base import TranscriptSourceError
 from tests.conftest import _clones
-from tests.helpers import materialize_partitions
+from tests.helpers import materialize_partitions, sensor_context
 
 COLUMNS = {"session_id": "conversation_id", "user_id": "owner", "seq": "position", "role": "author",
            "content": "body", "ts": "created_at", "id": "id"}
@@ -116,9 +116,23 @@ def test_a_source_table_names_what_to_fix(agent_db):
         open_source(SourceSettings(location=_table(agent, "table=chat_messages"), columns=wrong)).inventory()
     with pytest.raises(TranscriptSourceError, match="cannot connect to the transcript database"):
         open_source(SourceSettings(location="postgresql://nobody@127.0.0.1:9/x?table=t")).inventory()
+    twice = {**COLUMNS, "seq": "id"}
+    with pytest.raises(TranscriptSourceError, match="maps seq and id to the one column 'id': map each canonical"):
+        open_source(SourceSettings(location=_table(agent, "table=chat_messages"), columns=twice)).inventory()
 
 
-def test_the_sensor_requests_the_days_of_new_rows(agent_db, monkeypatch):
+def test_a_source_table_named_in_mixed_case_in_a_schema_is_found(agent_db):
+    agent = agent_db()
+    with psycopg.connect(agent) as conn:
+        conn.execute('CREATE SCHEMA "Agent"')
+        conn.execute(TABLE.replace("chat_messages", '"Agent"."ChatMessages"'))
+        conn.execute('INSERT INTO "Agent"."ChatMessages" (conversation_id, owner, position, author, body, created_at) '
+                     "VALUES ('c-1', 'ann', 1, 'user', 'hello', %s)", [_ts(3, 9)])
+    found = open_source(SourceSettings(location=_table(agent, "table=Agent.ChatMessages"), columns=COLUMNS)).inventory()
+    assert (found.records, found.first_day) == (1, date(2026, 10, 3))
+
+
+def test_the_sensor_requests_the_days_of_new_rows(agent_db, monkeypatch, database_url):
     from assets.definitions import transcript_files_sensor
 
     agent = agent_db()
@@ -127,11 +141,11 @@ def test_the_sensor_requests_the_days_of_new_rows(agent_db, monkeypatch):
     _insert(agent, ("c-1", "ann", 1, "user", "hello", _ts(3, 9), None, _ts(3, 9)))
     monkeypatch.setenv("MEMORY_TRANSCRIPTS", _table(agent, "table=chat_messages&watermark=updated_at"))
     monkeypatch.setenv("MEMORY_SOURCE_COLUMNS", ",".join(f"{k}={v}" for k, v in COLUMNS.items()))
-    context = dg.build_sensor_context(cursor=None)
+    context = sensor_context(database_url, None)
     assert [r.partition_key for r in transcript_files_sensor(context)] == ["2026-10-03"]
-    assert isinstance(transcript_files_sensor(dg.build_sensor_context(cursor=context.cursor)), dg.SkipReason)
+    assert isinstance(transcript_files_sensor(sensor_context(database_url, context.cursor)), dg.SkipReason)
     _insert(agent, ("c-9", "ann", 1, "user", "later", _ts(6, 9), None, _ts(6, 9)))
-    assert [r.partition_key for r in transcript_files_sensor(dg.build_sensor_context(cursor=context.cursor))] \
+    assert [r.partition_key for r in transcript_files_sensor(sensor_context(database_url, context.cursor))] \
         == ["2026-10-06"]
 
 

@@ -280,3 +280,26 @@ def test_a_forks_parent_and_fork_point_are_read_and_ill_typed_ones_refused(tmp_p
     assert "parent_session_id and fork_seq go together" in details[6]
     assert "fork_seq must be a non-negative integer" in details[7] and "fork_seq must be" in details[9]
     assert "parent_session_id must be a non-empty string" in details[8]
+
+
+def test_a_file_unreadable_after_indexing_is_quarantined_once_and_read_again_later(tmp_path, monkeypatch):
+    """A file indexed, then gone before its days are read: one refused record for the whole
+    plan (not one per day it covers), and the failure is not kept: the next plan reads it."""
+    from memory_pipelines.sources import files
+
+    records = [_msg(1, "2026-10-03T09:00:00Z"), _msg(2, "2026-10-04T09:00:00Z")]
+    path = _write_jsonl(tmp_path / "two_days.jsonl", records)
+    source = _source(tmp_path)
+    plan = source.plan(ALL_TIME, include_undated=True)
+    assert len(plan.windows) == 2 and plan.unreadable == ()
+    # the file leaves the validated files kept in memory (as a large one does), then the disk
+    monkeypatch.setattr(files, "_validated", files._ValidatedFiles())
+    path.unlink()
+    scans = [plan.read(w) for w in plan.windows]
+    refused = [q for s in scans for q in s.quarantined]
+    assert [(q.source_file, q.source_line, q.reason) for q in refused] == [
+        ("two_days.jsonl", 0, QuarantineReason.UNREADABLE_FILE)]
+    assert "two_days.jsonl" in refused[0].detail and not any(s.messages for s in scans)
+    _write_jsonl(path, records)
+    again = source.plan(ALL_TIME, include_undated=True)
+    assert [m.seq for w in again.windows for m in again.read(w).messages] == [1, 2]
