@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
@@ -29,7 +29,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from memory_pipelines.records import TRANSCRIPT_FORMATS, QuarantineReason
+from memory_pipelines.records import TRANSCRIPT_FORMATS, Message, QuarantineReason
 
 TRANSCRIPT_SUFFIXES = (".jsonl", ".ndjson", ".parquet", ".json")
 ACCEPTED_KINDS = (".jsonl or .ndjson (JSON Lines), .parquet, or .json (a JSON array of messages such as "
@@ -41,10 +41,13 @@ CANONICAL_FIELDS = ("session_id", "user_id", "seq", "role", "content", "ts", "ag
                     "tool_call_id", "metadata", "parent_session_id", "fork_seq", "id")
 # quarantine keeps this much of a refused record's text (scan_records' left(raw, 4000))
 RAW_CAP = 4000
+# a string of a non-text part kept in metadata is cut past this (an inline image's data)
+KEPT_CHARS = 500
 
 # where each format finds a line's session, user and time: the first path holding one wins
 _OPENAI_PATHS = {
-    "session_id": ("session_id", "conversation_id", "metadata.session_id", "metadata.conversation_id", "id"),
+    # not `id`: in chat-completion logs it names one request, and every line would be a session
+    "session_id": ("session_id", "conversation_id", "metadata.session_id", "metadata.conversation_id"),
     "user_id": ("user_id", "user", "metadata.user_id", "metadata.user"),
     "ts": ("created_at", "created", "timestamp", "metadata.created_at"),
     "agent_id": (),
@@ -280,19 +283,51 @@ def _no_time(defaults: Mapping[str, tuple[str, ...]], options: FormatOptions, *a
             "map it with MEMORY_FORMAT_FIELDS=ts=<path>")
 
 
-def _text_of(content: Any) -> tuple[str, int] | None:
-    """The text of a content value and how many of its parts hold none: a string; null (no
-    text); or a list of parts, where strings and objects with a string `text` are text (joined
-    by newlines) and the others (images, audio, files) are counted. None: no content shape."""
+def _text_of(content: Any) -> tuple[str, list] | None:
+    """The text of a content value and its parts that hold none: a string; null (no text); or
+    a list of parts, where strings and objects with a string `text` are text (joined by
+    newlines) and the others (images, audio, files) are kept as `_kept` keeps them. None: no
+    content shape."""
     if content is None:
-        return "", 0
+        return "", []
     if isinstance(content, str):
-        return content, 0
+        return content, []
     if not isinstance(content, list):
         return None
-    texts = [p if isinstance(p, str) else p["text"] for p in content
-             if isinstance(p, str) or (isinstance(p, dict) and isinstance(p.get("text"), str))]
-    return "\n".join(texts), len(content) - len(texts)
+    is_text = [isinstance(p, str) or (isinstance(p, dict) and isinstance(p.get("text"), str)) for p in content]
+    texts = [p if isinstance(p, str) else p["text"] for p, t in zip(content, is_text) if t]
+    return "\n".join(texts), [_kept(p) for p, t in zip(content, is_text) if not t]
+
+
+def _kept(value: Any) -> Any:
+    """A source value for metadata, its long strings (inline images, file bodies) cut to what
+    says what they were: a record stays within the message size cap."""
+    if isinstance(value, str) and len(value) > KEPT_CHARS:
+        return f"{value[:KEPT_CHARS]}… [{len(value):,} characters, cut]"
+    if isinstance(value, dict):
+        return {k: _kept(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_kept(v) for v in value]
+    return value
+
+
+def call_arguments(messages: Iterable[Message]) -> dict[str, dict | None]:
+    """The arguments of every tool call the assistant messages made, by call id: a message's
+    own call (`tool_call_id`, `tool_args`) and the others when it made several at once, as
+    its metadata keeps them (`tool_calls` of the openai format, `tool_uses` of agent-events)."""
+    found: dict[str, dict | None] = {}
+    for message in messages:
+        if message.role != "assistant":
+            continue
+        for call in _list(message.metadata.get("tool_calls")):
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                found[call["id"]] = _tool_args(_at(call, "function.arguments"))
+        for use in _list(message.metadata.get("tool_uses")):
+            if isinstance(use, dict) and isinstance(use.get("id"), str):
+                found[use["id"]] = _tool_args(use.get("input"))
+        if message.tool_call_id:
+            found[message.tool_call_id] = message.tool_args
+    return found
 
 
 def _tool_args(arguments: Any) -> dict | None:
@@ -477,11 +512,12 @@ def _openai_line(number: int, text: str, size: int, obj: dict, options: FormatOp
         if seen is not None and seen[0] == source:
             yield seen[1]
             continue
-        record = _openai_message(number, index, message, found, line_fields, calls, options)
+        record = _openai_message(index, message, found, line_fields, calls, options)
         if isinstance(record, str):
             yield refused(f"message {index}: {record}", *_sized(message))
             continue
-        first_seen[(found.session_id, seq)] = (source, record)
+        # the first mapping stays: the message seen again later gives the first line's record
+        first_seen.setdefault((found.session_id, seq), (source, record))
         yield record
 
 
@@ -498,7 +534,7 @@ def _list(value: Any) -> list:
 _OPENAI_MESSAGE_KEYS = {"role", "content", "tool_calls", "tool_call_id", *_MESSAGE_TIME_KEYS}
 
 
-def _openai_message(number: int, index: int, message: dict, found: _Located, line_fields: dict,
+def _openai_message(index: int, message: dict, found: _Located, line_fields: dict,
                     calls: dict[str, str], options: FormatOptions) -> RawRecord | str:
     """One message's record, or why it has none."""
     _, ts = _first(message, _MESSAGE_TIME_KEYS, _as_time)
@@ -517,8 +553,9 @@ def _openai_message(number: int, index: int, message: dict, found: _Located, lin
     if role == "tool":
         tool_name = message.get("name") or (calls.get(tool_call_id) if isinstance(tool_call_id, str) else None)
     known = _OPENAI_MESSAGE_KEYS | ({"name"} if role == "tool" else set())
+    # where the message was read (the line, its index) is left out: a chat continued in another
+    # file re-sends it, and its record must be the same to count as a duplicate
     metadata = {
-        "source_line": number, "message_index": index,
         # newer APIs name the system prompt's role `developer`
         "source_role": "developer" if role == "developer" else None,
         "tool_calls": tool_calls or None,
@@ -592,18 +629,24 @@ def _event_turn(message: dict, kind: Any, tool_names: dict[str, Any]) -> dict | 
     for use in by_type["tool_use"]:
         if isinstance(use.get("id"), str):
             tool_names[use["id"]] = use.get("name")
+    texts = [b["text"] for b in by_type["text"] if isinstance(b.get("text"), str)]
+    known = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking"}
+    other = [_kept(b) for b in content if not isinstance(b, dict) or b.get("type") not in known]
     results = by_type["tool_result"]
-    if results and len(results) == len(content):
+    if results:
+        # the tool's answer, with any text beside it (an interruption notice, a note)
         ids = [r.get("tool_use_id") for r in results]
-        return {"role": "tool", "content": "\n".join((_text_of(r.get("content")) or ("", 0))[0] for r in results),
+        parts = [_text_of(r.get("content")) or ("", [_kept(r.get("content"))]) for r in results]
+        return {"role": "tool", "content": "\n".join([*(text for text, _ in parts), *texts]),
                 "tool_call_id": ids[0], "tool_name": tool_names.get(ids[0]) if isinstance(ids[0], str) else None,
                 "metadata": {"is_error": True if any(r.get("is_error") is True for r in results) else None,
-                             "tool_use_ids": ids if len(ids) > 1 else None}}
+                             "tool_use_ids": ids if len(ids) > 1 else None,
+                             "non_text_parts": [p for _, kept in parts for p in kept] or None,
+                             "other_blocks": other or None}}
     uses = by_type["tool_use"]
     first = uses[0] if uses else {}
-    other = len(content) - len(by_type["text"]) - len(uses) - thinking
     input_ = first.get("input")
-    return {"role": role, "content": "\n".join(b["text"] for b in by_type["text"] if isinstance(b.get("text"), str)),
+    return {"role": role, "content": "\n".join(texts),
             "tool_name": first.get("name"), "tool_call_id": first.get("id"),
             "tool_args": input_ if input_ is None or isinstance(input_, dict) else {"_raw": input_},
             "metadata": {"tool_uses": uses or None, "thinking_blocks": thinking or None,
@@ -716,7 +759,7 @@ def _export_turn(node: Any, conversation: dict) -> dict | None:
     role = author.get("role")
     parts = content.get("parts")
     text, non_text = _text_of(parts) if isinstance(parts, list) else (
-        (content["text"], 0) if isinstance(content.get("text"), str) else ("", 0))
+        (content["text"], []) if isinstance(content.get("text"), str) else ("", []))
     if meta.get("is_visually_hidden_from_conversation") or (role == "system" and not text.strip()):
         return None
     recipient = message.get("recipient")

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import jsonschema
 
 from memory_pipelines.config import CONSENT_BASES
+from memory_pipelines.formats import call_arguments
 from memory_pipelines.records import Message
 from memory_pipelines.pii import sanitize
 from memory_pipelines.rules.text import clip
@@ -167,15 +168,14 @@ def resolved_errors(messages: Sequence[Message]) -> list[ErrorFix]:
     """A failed tool result followed later in the session by a successful call of the same
     tool: (tool, error, fix), the fix being that call and what the assistant said before it."""
     ordered = sorted(messages, key=lambda m: m.seq)
-    calls = {m.tool_call_id: m for m in ordered if m.role == "assistant" and m.tool_call_id}
+    calls = call_arguments(ordered)
     found: list[ErrorFix] = []
     for i, failed in enumerate(ordered):
         if failed.role != "tool" or not failed.metadata.get("is_error"):
             continue
         for later in ordered[i + 1:]:
             if later.role == "tool" and later.tool_name == failed.tool_name and not later.metadata.get("is_error"):
-                call = calls.get(later.tool_call_id)
-                args = json.dumps(call.tool_args or {}, ensure_ascii=False, sort_keys=True) if call else "{}"
+                args = json.dumps(calls.get(later.tool_call_id) or {}, ensure_ascii=False, sort_keys=True)
                 said = " ".join(m.content for m in ordered if failed.seq < m.seq < later.seq
                                 and m.role == "assistant" and m.content.strip())
                 fix = clip(f"{said} → {failed.tool_name}({args})" if said else f"{failed.tool_name}({args})", 600)

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
+from memory_pipelines.formats import call_arguments
 from memory_pipelines.records import Message
 
 _NAME = r"([A-ZÀ-Þ][\w'’-]+(?:\s+[A-ZÀ-Þ][\w'’-]+){0,2})"
@@ -94,14 +95,14 @@ def _user_items(message: Message) -> list[dict]:
     return items
 
 
-def _tool_items(message: Message, call: Message | None) -> list[dict]:
+def _tool_items(message: Message, args: dict | None) -> list[dict]:
     if message.metadata.get("is_error"):
         return []
     lines = [m for m in (_KV_LINE.match(line) for line in message.content.splitlines())
              if m and m.group(1).upper() not in _LOG_LEVELS and "(" not in m.group(2)]
     if len(lines) < 2 or len(lines) * 2 < len([line for line in message.content.splitlines() if line.strip()]):
         return []  # not a key: value block
-    args = (call.tool_args if call else None) or {}
+    args = args or {}
     command = str(args.get("command") or args.get("cmd") or "")
     path = args.get("path") or next((t for t in reversed(command.split())
                                      if re.search(r"\.\w{1,8}$", t) and not t.startswith("-")), "")
@@ -119,7 +120,7 @@ def _item(category: str, key: str, value: str, source: str, message: Message) ->
 
 
 def extract_facts(messages: Sequence[Message]) -> list[dict]:
-    calls = {m.tool_call_id: m for m in messages if m.role == "assistant" and m.tool_call_id}
+    calls = call_arguments(messages)
     items: list[dict] = []
     for message in messages:
         if message.role == "user":

@@ -12,7 +12,7 @@ import pytest
 
 from memory_pipelines import formats
 from memory_pipelines.formats import (
-    TRANSCRIPT_FORMATS, FormatOptions, RawRecord, decode_records, detect_format, is_transcript_name,
+    TRANSCRIPT_FORMATS, FormatOptions, call_arguments, RawRecord, decode_records, detect_format, is_transcript_name,
     parse_field_mapping,
 )
 from memory_pipelines.records import QuarantineReason
@@ -167,14 +167,15 @@ def test_openai_sample_decodes_to_the_growing_chats_records():
     assert call["metadata"]["tool_calls"][0]["function"]["name"] == "get_forecast"
     # a tool result without `name` takes the name of the call it answers
     assert (result["role"], result["tool_call_id"], result["tool_name"]) == ("tool", "call_wx_01", "get_forecast")
-    assert priya[4]["metadata"] == {"source_line": 3, "message_index": 3, "line": {"model": "trailmate-chat-3"}}
+    assert priya[4]["metadata"] == {"line": {"model": "trailmate-chat-3"}}
     marcus = {r["seq"]: r for r in rows if r["session_id"] == "sess-marcus-0412"}
     assert len(marcus) == 10 and {r["user_id"] for r in marcus.values()} == {"marcus"}
     # a message's own time wins over the line's created_at
     assert (marcus[3]["ts"], marcus[3]["tool_name"], marcus[4]["tool_name"]) == \
         ("2026-10-06T14:02:14Z", "read_file", "read_file")
     assert marcus[2]["content"].startswith("The monthly report script crashes") and \
-        marcus[2]["metadata"]["non_text_parts"] == 1
+        marcus[2]["metadata"]["non_text_parts"] == [
+            {"type": "image_url", "image_url": {"url": "https://files.example.com/u/marcus/screenshot-0412.png"}}]
     assert marcus[1]["metadata"]["line"] == {"id": "req-140231",
                                              "metadata": {"session_id": "sess-marcus-0412", "user_id": "marcus"}}
 
@@ -187,11 +188,35 @@ def test_openai_resent_messages_are_the_very_records_of_their_first_line():
         by_key.setdefault((record["session_id"], record["seq"]), set()).add(r.raw)
     assert len(by_key) == 21 and all(len(raws) == 1 for raws in by_key.values())
     assert sum(1 for r in records if '"seq": 1,' in r.raw and "conv-hollis-ride" in r.raw) == 3
-    # a message changed on a later line is mapped again, from that line
-    first = {"id": "c1", "user": "u", "created": 1791100000, "messages": [{"role": "user", "content": "a"}]}
+    # a message changed on a later line is mapped again, from that line; the first version
+    # coming back after it is the first record again
+    first = {"conversation_id": "c1", "user": "u", "created": 1791100000, "messages": [{"role": "user", "content": "a"}]}
     edited = {**first, "created": 1791100060, "messages": [{"role": "user", "content": "b"}]}
-    a, b = (json.loads(r.raw) for r in decode_records("l.jsonl", _lines(first, edited), "openai"))
+    back = {**first, "created": 1791100120}
+    a, b, c = (json.loads(r.raw) for r in decode_records("l.jsonl", _lines(first, edited, back), "openai"))
     assert (a["content"], a["ts"], b["content"], b["ts"]) == ("a", "2026-10-04T07:46:40Z", "b", "2026-10-04T07:47:40Z")
+    assert c == a
+
+
+def test_openai_a_chat_continued_in_another_file_resends_the_same_records():
+    """Messages with their own times, lines agreeing on their other fields: the second file's
+    re-sent messages are the very records of the first file (duplicates, not conflicts)."""
+    def line(*contents):
+        return {"conversation_id": "c9", "user": "u", "model": "m", "messages": [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": c, "timestamp": f"2026-10-04T08:0{i}:00Z"}
+            for i, c in enumerate(contents)]}
+
+    day1 = [json.loads(r.raw) for r in decode_records("day1.jsonl", _lines(line("hi"), line("hi", "hello")), "openai")]
+    day2 = [json.loads(r.raw) for r in decode_records("day2.jsonl", _lines(line("hi", "hello", "bye")), "openai")]
+    assert day2[:2] == day1[1:] and day2[2]["seq"] == 3
+
+
+def test_openai_a_request_id_is_not_a_session():
+    request = {"id": "req-1", "user": "u", "created": 1791100000, "messages": [{"role": "user", "content": "a"}]}
+    [refused] = decode_records("l.jsonl", _lines(request), "openai")
+    assert refused.pre_reason == "unmapped" and "no session id" in refused.pre_detail
+    [mapped] = decode_records("l.jsonl", _lines(request), "openai", FormatOptions({"session_id": "id"}))
+    assert json.loads(mapped.raw)["session_id"] == "req-1"
 
 
 def test_openai_tool_calls_roles_and_field_mapping():
@@ -243,7 +268,7 @@ def test_openai_refusals_name_what_to_fix():
     assert details[2].startswith("line 3: no messages array: format openai reads one conversation a line")
     assert details[3] == "line 4: the messages array is empty"
     assert details[4] == ("line 5: no session id: none of session_id, conversation_id, metadata.session_id, "
-                          "metadata.conversation_id, id found; map it with MEMORY_FORMAT_FIELDS=session_id=<path>")
+                          "metadata.conversation_id found; map it with MEMORY_FORMAT_FIELDS=session_id=<path>")
     assert details[5] == ("line 6: no user id: none of user_id, user, metadata.user_id, metadata.user found; "
                           "set MEMORY_SOURCE_USER or map user_id in MEMORY_FORMAT_FIELDS")
     assert details[6].startswith("line 7: message 1: no time: none of messages[].timestamp, messages[].created_at, "
@@ -292,6 +317,27 @@ def test_agent_events_sample_decodes_to_one_coding_session():
     assert (rows[9]["content"], rows[9]["tool_name"]) == ("", "Bash")  # a call with no text
 
 
+def test_agent_events_a_tool_result_beside_text_and_an_image_keeps_them_all():
+    """A result block with a text block beside it (an interruption notice) is still the tool's
+    answer; parts without text (an inline image) are kept in metadata, their data cut."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "A" * 5000}}
+    event = {"type": "user", "sessionId": "s1", "uuid": "u2", "timestamp": "2026-10-14T09:00:00Z", "message": {
+        "role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_9", "content": "1 failed", "is_error": True},
+            {"type": "tool_result", "tool_use_id": "toolu_10", "content": [image]},
+            {"type": "text", "text": "[Request interrupted by user]"}, {"type": "document", "title": "d"}]}}
+    call = {**event, "type": "assistant", "uuid": "u1", "message": {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_9", "name": "Bash", "input": {"command": "pytest"}}]}}
+    _, result = _records(list(decode_records("e.jsonl", _lines(call, event), "agent-events", FormatOptions(user_id="n"))))
+    assert (result["role"], result["content"], result["tool_call_id"], result["tool_name"]) == (
+        "tool", "1 failed\n\n[Request interrupted by user]", "toolu_9", "Bash")
+    meta = result["metadata"]
+    assert meta["is_error"] is True and meta["tool_use_ids"] == ["toolu_9", "toolu_10"]
+    [kept] = meta["non_text_parts"]
+    assert kept["source"]["data"].startswith("A" * 500) and kept["source"]["data"].endswith("[5,000 characters, cut]")
+    assert meta["other_blocks"] == [{"type": "document", "title": "d"}]
+
+
 def test_agent_events_refusals():
     event = {"type": "user", "sessionId": "s1", "uuid": "u1", "timestamp": "2026-10-14T09:00:00Z",
              "message": {"role": "user", "content": "hi"}}
@@ -320,6 +366,10 @@ def test_agent_events_refusals():
 # -- chat-export
 
 
+PICTURE = {"content_type": "image_asset_pointer", "asset_pointer": "file-service://file-7QpX", "size_bytes": 184233,
+           "width": 1024, "height": 768}
+
+
 def test_chat_export_sample_current_path_and_its_fork():
     records = _decode(EXPORT, user_id="lena")
     assert [r.line for r in records] == list(range(1, 20)) and _refused(records) == []
@@ -329,7 +379,7 @@ def test_chat_export_sample_current_path_and_its_fork():
     assert [r["seq"] for r in sourdough] == list(range(1, 10)) and sourdough[0]["role"] == "user"
     assert sourdough[0]["ts"] == "2026-10-08T18:40:02.501000Z"
     assert sourdough[0]["metadata"] == {"title": "Sourdough starter rescue", "node_id": "a1-5d2c-4a7e-b3f1-0e9c8d7b6a51",
-                                        "content_type": "multimodal_text", "non_text_parts": 1}
+                                        "content_type": "multimodal_text", "non_text_parts": [PICTURE]}
     assert sourdough[0]["content"].startswith("My rye starter has a grey liquid")
     assert sourdough[1]["metadata"]["model_slug"] == "chat-4o"
     lisbon = [r for r in rows if r["session_id"] == LISBON]
@@ -463,3 +513,27 @@ def test_every_sample_record_has_the_canonical_fields():
         rows = _records(_decode(path, **options))
         assert rows and all({"session_id", "user_id", "seq", "role", "content", "ts"} <= set(r) for r in rows)
         assert all(r["role"] in ("user", "assistant", "tool", "system") for r in rows)
+
+
+def test_results_of_parallel_tool_calls_find_their_own_arguments():
+    """An assistant message calling two tools at once: the second call's result is paired
+    with the second call's arguments (a fact takes its key prefix from the file read)."""
+    from datetime import UTC, datetime
+
+    from memory_pipelines.records import Message
+    from memory_pipelines.rules.facts import extract_facts
+
+    calls = [{"id": f"call_{n}", "type": "function", "function": {"name": "read_file", "arguments": json.dumps(
+        {"path": path})}} for n, path in ((1, "notes/todo.md"), (2, "deploy/app.yaml"))]
+    line = {"conversation_id": "c", "user": "u", "created": 1791100000, "messages": [
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "call_1", "content": "buy milk"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "region: eu-west-1\nreplicas: 3\n"}]}
+    rows = _records(list(decode_records("l.jsonl", _lines(line), "openai")))
+    messages = [Message(r["session_id"], r["seq"], r["user_id"], r["role"], r["content"],
+                        datetime(2026, 10, 4, tzinfo=UTC), "h", "l.jsonl", r["seq"], tool_name=r.get("tool_name"),
+                        tool_args=r.get("tool_args"), tool_call_id=r.get("tool_call_id"),
+                        metadata=r.get("metadata", {}))
+                for r in rows]
+    assert call_arguments(messages) == {"call_1": {"path": "notes/todo.md"}, "call_2": {"path": "deploy/app.yaml"}}
+    assert sorted(f["key"] for f in extract_facts(messages)) == ["app_region", "app_replicas"]
