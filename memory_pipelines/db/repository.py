@@ -521,22 +521,24 @@ def check_frame(conn: psycopg.Connection, rows_query: str, params: Mapping) -> p
         return pd.DataFrame(cur.execute(query(rows_query), params).fetchall())
 
 
-def check_frames(conn: psycopg.Connection, rows_query: str, params: Mapping, column: str | None,
+def check_frames(conn: psycopg.Connection, rows_query: str, params: Mapping, columns: Sequence[str] | None,
                  rows: int) -> Iterator[pd.DataFrame]:
-    """The rows in scope of a data-quality check as frames of about `rows` rows, ordered by
-    `column` and never splitting rows that share its value (None: one frame). A server-side
-    cursor reads them, so a check over a year's rows holds one frame at a time."""
-    if column is None:
+    """The rows in scope of a data-quality check as frames of about `rows` rows, never
+    splitting rows equal on `columns` (ordered by them; (): cut anywhere; None: one frame). A
+    server-side cursor reads them, so a check over a year's rows holds one frame at a time."""
+    if columns is None:
         yield check_frame(conn, rows_query, params)
         return
-    statement = sql.SQL(query("check_rows_ordered")).format(rows=sql.SQL(query(rows_query).rstrip().rstrip(";")),
-                                                          column=sql.Identifier(column))
+    statement = sql.SQL(query(rows_query).rstrip().rstrip(";"))
+    if columns:
+        statement = sql.SQL(query("check_rows_ordered")).format(
+            rows=statement, columns=sql.SQL(", ").join(map(sql.Identifier, columns)))
     buffer: list[dict] = []
     with conn.transaction(), conn.cursor(name="memory_check_rows", row_factory=dict_row) as cur:
         cur.itersize = min(rows, 10_000)
         cur.execute(statement, params)
         for row in cur:
-            if len(buffer) >= rows and row[column] != buffer[-1][column]:
+            if len(buffer) >= rows and [row[c] for c in columns] != [buffer[-1][c] for c in columns]:
                 yield pd.DataFrame(buffer)
                 buffer = []
             buffer.append(row)

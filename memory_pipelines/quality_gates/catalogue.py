@@ -88,11 +88,11 @@ CHECKS: dict[str, tuple[QualityCheck, ...]] = {
         QualityCheck(
             "quarantine_valid", "quarantine_check_rows", ("source_file", "source_line"),
             (("in_set", "reason", tuple(r.value for r in QuarantineReason)),
-             ("unique", ("source_file", "source_line", "reason")),
+             ("unique", ("source_file", "source_line", "reason", "raw_md5")),
              *_not_null("source_file", "source_line", "detail", "run_id")),
             blocking=False,
             description="The partition's quarantined records: a known reason with its detail, source file/line "
-                        "unique per reason, run id present."),
+                        "unique per reason and content, run id present."),
     ),
     "conversation_segments": (
         QualityCheck(
@@ -228,13 +228,16 @@ CHECKS: dict[str, tuple[QualityCheck, ...]] = {
 }
 
 
-def chunk_column(checks: Sequence[QualityCheck]) -> str | None:
-    """The column the rows of checks sharing one query may be cut by: one every unique
-    expectation of theirs includes (rows equal on it are then in one frame), else their key's
-    first; None: not to be cut."""
+def frame_columns(checks: Sequence[QualityCheck]) -> tuple[str, ...] | None:
+    """The columns the rows of checks sharing one query are grouped by when cut into frames:
+    those every unique expectation of theirs includes (rows equal on them stay in one frame);
+    () when none has a unique expectation (cut anywhere); None when their unique expectations
+    share no column (not to be cut)."""
     uniques = [spec[1] for check in checks for spec in check.expectations if spec[0] == "unique"]
-    column = uniques[0][0] if uniques else checks[0].key[0]
-    return column if all(column in columns for columns in uniques) else None
+    if not uniques:
+        return ()
+    shared = tuple(c for c in uniques[0] if all(c in columns for columns in uniques))
+    return shared or None
 
 
 def run_checks(conn: psycopg.Connection, checks: Sequence[QualityCheck],
@@ -247,8 +250,8 @@ def run_checks(conn: psycopg.Connection, checks: Sequence[QualityCheck],
     for index, check in enumerate(checks):
         by_query.setdefault(check.rows, []).append(index)
     for rows_query, indexes in by_query.items():
-        column = chunk_column([checks[i] for i in indexes])
-        for frame in repository.check_frames(conn, rows_query, params, column, CHECK_FRAME_ROWS):
+        columns = frame_columns([checks[i] for i in indexes])
+        for frame in repository.check_frames(conn, rows_query, params, columns, CHECK_FRAME_ROWS):
             for i in indexes:
                 where = checks[i].rows_where
                 validations[i].add(frame[frame[where]] if where is not None and not frame.empty else frame)

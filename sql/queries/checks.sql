@@ -25,7 +25,7 @@ FROM (SELECT session_id, count(DISTINCT user_id) AS users, min(user_id) AS user_
 LEFT JOIN sessions s USING (session_id);
 
 -- name: quarantine_check_rows
-SELECT q.source_file, q.source_line, q.reason, q.detail, q.run_id
+SELECT q.source_file, q.source_line, q.reason, q.raw_md5, q.detail, q.run_id
 FROM quarantine q
 WHERE q.partition_key = %(partition_label)s OR q.run_id = %(run_id)s;
 
@@ -204,4 +204,4 @@ WHERE t.user_id = ANY(%(user_ids)s);
 
 -- name: check_rows_ordered
 -- A check's rows (one of the queries above) in the order they are cut into frames.
-SELECT * FROM ({rows}) AS q ORDER BY {column};
+SELECT * FROM ({rows}) AS q ORDER BY {columns};

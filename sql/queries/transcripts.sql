@@ -20,7 +20,7 @@ INSERT INTO quarantine (source_file, source_line, reason, detail, raw, raw_bytes
                         partition_key, run_id)
 VALUES (%(source_file)s, %(source_line)s, %(reason)s, %(detail)s, %(raw)s, %(raw_bytes)s,
         %(session_id)s, %(seq)s, %(partition_key)s, %(run_id)s)
-ON CONFLICT (source_file, source_line, reason) DO NOTHING;
+ON CONFLICT (source_file, source_line, reason, raw_md5) DO NOTHING;
 
 -- name: refresh_sessions
 -- Recomputes the touched sessions from the archive; rows that did not change are not written.
@@ -84,14 +84,12 @@ ON CONFLICT (location, name) DO UPDATE SET
 DELETE FROM transcript_objects WHERE location = %(location)s AND name = ANY(%(names)s);
 
 -- name: source_table_columns
--- The columns of an agent's own message table or view (a postgresql:// transcript source).
+-- The columns of an agent's own message table or view (a postgresql:// transcript source);
+-- %(table)s is the name as SQL writes it (quoted where needed).
 SELECT a.attname, format_type(a.atttypid, a.atttypmod)
 FROM pg_attribute AS a
 WHERE a.attrelid = to_regclass(%(table)s) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum;
-
--- name: source_table_exists
-SELECT to_regclass(%(table)s) IS NOT NULL;
 
 -- name: source_table_days
 -- The UTC days (days since 1970-01-01) a source table's rows fall on within [start, end).

@@ -242,19 +242,23 @@ def test_checks_read_in_small_frames_find_what_one_frame_finds(sample, monkeypat
 
     with psycopg.connect(sample[0]) as conn:
         scope = {**catalogue.QUERY_CONSTANTS, **range_scope(conn)}
-        frames = list(repository.check_frames(conn, "message_check_rows", scope, "session_id", 5))
+        frames = list(repository.check_frames(conn, "message_check_rows", scope, ("session_id",), 5))
         whole = repository.check_frame(conn, "message_check_rows", scope)
         # several frames, every row once, no session cut in two
         assert len(frames) > 3 and sum(len(f) for f in frames) == len(whole)
         assert all(set(a["session_id"]).isdisjoint(b["session_id"]) for a, b in zip(frames, frames[1:]))
+        # with nothing to keep together, frames are cut at the size
+        anywhere = list(repository.check_frames(conn, "message_check_rows", scope, (), 5))
+        assert [len(f) for f in anywhere[:-1]] == [5] * (len(anywhere) - 1) and sum(map(len, anywhere)) == len(whole)
         summaries = {asset: [o.summary for _, o in run_checks(conn, CHECKS[asset], range_scope(conn))]
                      for asset in CHECKS}
         monkeypatch.setattr(catalogue, "CHECK_FRAME_ROWS", 5)
         assert {asset: [o.summary for _, o in run_checks(conn, CHECKS[asset], range_scope(conn))]
                 for asset in CHECKS} == summaries
-    # a fact check's unique columns decide where its rows may be cut; a check whose unique
-    # columns share none is not cut
+    # a fact check's unique columns decide where its rows may be cut; a check without one
+    # is cut anywhere; a check whose unique columns share none is not cut
     facts = [c for c in CHECKS["memory_facts"] if c.rows == "fact_check_rows"]
-    assert catalogue.chunk_column(facts) == "user_id"
+    assert catalogue.frame_columns(facts) == ("user_id", "category", "key")
+    assert catalogue.frame_columns(CHECKS["memory_embeddings"]) == ()
     odd = catalogue.QualityCheck("x", "q", ("id",), (("unique", ("a",)), ("unique", ("b",))), False, "")
-    assert catalogue.chunk_column([odd]) is None
+    assert catalogue.frame_columns([odd]) is None

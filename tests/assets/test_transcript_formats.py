@@ -58,3 +58,28 @@ def test_a_forced_format_that_does_not_fit_quarantines_with_a_reason(database_ur
     with psycopg.connect(database_url) as conn:
         reasons = {row[0] for row in conn.execute("SELECT DISTINCT reason FROM quarantine")}
     assert reasons == {"unmapped"}
+
+
+def test_an_export_written_again_quarantines_a_new_refusal_where_an_old_one_stood(database_url, tmp_path):
+    """conversations.json exported again: another conversation is refused at the same record
+    number for the same reason; both refusals are kept, and the same one again adds nothing."""
+    import json
+
+    folder = tmp_path / "export"
+    folder.mkdir()
+    export = folder / "conversations.json"
+
+    def conversation(cid: str, user: str | None) -> dict:
+        return {"id": cid, "title": "t", "create_time": 1791100000.0, "current_node": "n1", "user_id": user,
+                "mapping": {"n1": {"id": "n1", "parent": None, "children": [], "message": {
+                    "id": "n1", "author": {"role": "user"}, "create_time": 1791100000.0,
+                    "content": {"content_type": "text", "parts": ["hello"]}}}}}
+
+    for written in ([conversation("c1", None)], [conversation("c2", None)], [conversation("c2", None)]):
+        export.write_text(json.dumps(written))
+        [result] = materialize_partitions([transcripts], ["2026-10-04"], database_url, folder)
+        assert materialization_metadata(result, "transcripts")["quarantined"] == 1
+    with psycopg.connect(database_url) as conn:
+        refused = conn.execute("SELECT source_line, reason, detail FROM quarantine ORDER BY id").fetchall()
+    assert [(line, reason) for line, reason, _ in refused] == [(1, "unmapped"), (1, "unmapped")]
+    assert "'c1'" in refused[0][2] and "'c2'" in refused[1][2]
