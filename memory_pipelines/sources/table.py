@@ -149,10 +149,13 @@ class TableSource:
             mapping = self._mapping(conn)
             days = [d for (d,) in conn.execute(self._sql("source_table_days", mapping),
                                                {"start": window.start, "end": window.end})]
+            (first,), = conn.execute(self._sql("source_table_first_day", mapping)).fetchall()
         windows = tuple(day_window(window, d) for d in days)
         if include_undated and not windows:
             windows = (window,)
-        undated_in = windows[0] if include_undated and windows else None
+        # rows with no time are read once in the table's history, not by every day's run: by
+        # a run whose range holds the table's first day (or any, when no row has a time)
+        undated_in = windows[0] if include_undated and windows and (first is None or first in days) else None
 
         def read(w: TimeWindow) -> TranscriptScan:
             return scan_of(w, self._rows(w, undated=w == undated_in), 1, ())

@@ -96,6 +96,10 @@ ORDER BY a.attnum;
 SELECT DISTINCT floor(extract(epoch FROM {ts}::timestamptz) / 86400)::int AS day
 FROM {table} WHERE {ts}::timestamptz >= %(start)s AND {ts}::timestamptz < %(end)s ORDER BY day;
 
+-- name: source_table_first_day
+-- The UTC day of a source table's earliest row (NULL: no row has a time).
+SELECT floor(extract(epoch FROM min({ts})::timestamptz) / 86400)::int FROM {table};
+
 -- name: source_table_rows
 -- A window's rows of a source table as JSON (and, with undated, the rows with no time),
 -- read through a server-side cursor in batches.

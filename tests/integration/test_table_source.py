@@ -157,8 +157,12 @@ def test_a_row_without_a_time_is_quarantined_once_and_the_others_stored(agent_db
             ("c-1", "ann", 2, "user", "untimed", None, None, _ts(3, 9)),
             ("c-2", "ann", 1, "user", "timed too", _ts(4, 9), None, _ts(4, 9)))
     location = _table(agent, "table=chat_messages")
+    refused_per_run = []
     for day in ("2026-10-03", "2026-10-04", "2026-10-03"):
-        materialize_partitions([transcripts], [day], database_url, location, columns=COLUMNS)
+        [result] = materialize_partitions([transcripts], [day], database_url, location, columns=COLUMNS)
+        refused_per_run.append(result.asset_materializations_for_node("transcripts")[0].metadata["quarantined"].value)
+    # read by the runs of the table's first day only, not by every day's
+    assert refused_per_run == [1, 0, 1]
     with psycopg.connect(database_url) as conn:
         stored = conn.execute("SELECT session_id, seq FROM messages ORDER BY 1, 2").fetchall()
         refused = conn.execute("SELECT source_file, source_line, reason, detail FROM quarantine").fetchall()
