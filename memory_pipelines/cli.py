@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 from datetime import date
+from itertools import islice
 from pathlib import Path
 
 from memory_pipelines.config import ConfigError, Settings, validate_environment
@@ -64,16 +65,23 @@ def _refused_summary(reasons: dict[str, int]) -> str:
     return ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
 
 
+UNDATED_BATCH = 1000  # undated records quarantined per insert
+
+
 def _quarantine_undated(source, url: str) -> str:
     """Records no readable time dates, when nothing in the location has one: quarantined
     under the label `undated` (no partition is opened for them). Returns their reasons."""
     from memory_pipelines.db import repository
     from memory_pipelines.db.connection import get_pool
 
+    reasons: Counter = Counter()
     records = source.undated_records()
     with get_pool(url).connection() as conn, conn.transaction():
-        repository.insert_quarantine(conn, records, "undated", "cli")
-    return _refused_summary(Counter(str(r.reason) for r in records))
+        # in batches: a large location of undated records is never held whole
+        while batch := list(islice(records, UNDATED_BATCH)):
+            repository.insert_quarantine(conn, batch, "undated", "cli")
+            reasons.update(str(r.reason) for r in batch)
+    return _refused_summary(reasons)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

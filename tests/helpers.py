@@ -239,7 +239,7 @@ def scan_location(location, window, *, include_undated: bool = False, max_bytes:
         settings["max_message_bytes"] = max_bytes
     plan = open_source(SourceSettings(location=str(location), **settings), MemoryIndex()).plan(
         window, include_undated=include_undated)
-    scans = [plan.read(w) for w in plan.windows]
+    scans = [scan for w in plan.windows for scan in plan.read(w)]
     return TranscriptScan(window, tuple(m for s in scans for m in s.messages),
                           tuple(q for s in scans for q in s.quarantined), plan.listed, plan.skipped)
 

@@ -3,7 +3,7 @@ the errors that name what to fix."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from typing import Protocol
@@ -81,9 +81,10 @@ class Inventory:
 @dataclass(frozen=True)
 class ScanPlan:
     """How a source reads a window: the days that hold records, each read on its own so
-    memory follows the day, and what refreshing the source's index found."""
+    memory follows the day, and what refreshing the source's index found. `read` gives a
+    day's records as one scan; records no time dates (all refused) come a file at a time."""
     windows: tuple[TimeWindow, ...]
-    read: Callable[[TimeWindow], TranscriptScan]
+    read: Callable[[TimeWindow], Iterator[TranscriptScan]]
     listed: int = 0  # files or objects listed (a table: 0)
     indexed: tuple[str, ...] = ()  # new or changed since the last scan: read to index them
     gone: tuple[str, ...] = ()  # indexed before, no longer there (their messages stay archived)
@@ -108,6 +109,6 @@ class TranscriptSource(Protocol):
 
     def plan(self, window: TimeWindow, *, include_undated: bool = False) -> ScanPlan: ...
 
-    def undated_records(self) -> list[QuarantinedRecord]: ...
+    def undated_records(self) -> Iterator[QuarantinedRecord]: ...
 
     def changes(self, cursor: dict) -> Changes: ...

@@ -14,7 +14,7 @@ import json
 import threading
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -286,12 +286,15 @@ class FileSource:
 
         refused: set[str] = set()  # files found unreadable: quarantined once, in the first window reading them
 
-        def read(w: TimeWindow) -> TranscriptScan:
-            # file by file, in name order (as records are ordered): one file in memory at a time
-            rows, unreadable = self._rows_of(groups[w], catalog, w, undated)
-            fresh = [r for r in unreadable if r.source_file not in refused]
-            refused.update(r.source_file for r in fresh)
-            return scan_of(w, rows, len(groups[w]), catalog.listing.skipped, fresh)
+        def read(w: TimeWindow) -> Iterator[TranscriptScan]:
+            # file by file, in name order (as records are ordered): one file validated at a
+            # time; a day's files are one scan (a fork's parent may be in another file of the
+            # day), undated records (every one refused) a scan per file
+            for batch in ([[obj] for obj in groups[w]] if undated else [groups[w]]):
+                rows, unreadable = self._rows_of(batch, catalog, w, undated)
+                fresh = [r for r in unreadable if r.source_file not in refused]
+                refused.update(r.source_file for r in fresh)
+                yield scan_of(w, rows, len(batch), catalog.listing.skipped, fresh)
 
         return ScanPlan(tuple(groups), read, listed=len(objects), indexed=catalog.indexed, gone=catalog.gone,
                         unreadable=tuple(sorted(catalog.unreadable)), skipped=catalog.listing.skipped)
@@ -305,13 +308,16 @@ class FileSource:
                          records, sum(e.refused for e in entries) + len(catalog.unreadable),
                          0 if days else records, len(days), catalog.listing.skipped)
 
-    def undated_records(self) -> list[QuarantinedRecord]:
-        """The records no readable time dates (there are any only when no file has one)."""
+    def undated_records(self) -> Iterator[QuarantinedRecord]:
+        """The records no readable time dates (there are any only when no file has one), a
+        file at a time."""
         catalog = self.catalog()
         if catalog.location_days:
-            return []
-        rows, unreadable = self._rows_of(catalog.listing.objects, catalog, _EMPTY, True)
-        return [*(row_to_result(row) for row in rows), *unreadable]
+            return
+        for obj in catalog.listing.objects:
+            rows, unreadable = self._rows_of([obj], catalog, _EMPTY, True)
+            yield from (row_to_result(row) for row in rows)
+            yield from unreadable
 
     def _rows_of(self, objects: Sequence[SourceObject], catalog: Catalog, window: TimeWindow,
                  undated: bool) -> tuple[list[tuple], list[QuarantinedRecord]]:

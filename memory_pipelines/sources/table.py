@@ -12,6 +12,7 @@ keeps what was first ingested.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import date
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -157,8 +158,8 @@ class TableSource:
         # a run whose range holds the table's first day (or any, when no row has a time)
         undated_in = windows[0] if include_undated and windows and (first is None or first in days) else None
 
-        def read(w: TimeWindow) -> TranscriptScan:
-            return scan_of(w, self._rows(w, undated=w == undated_in), 1, ())
+        def read(w: TimeWindow) -> Iterator[TranscriptScan]:
+            yield scan_of(w, self._rows(w, undated=w == undated_in), 1, ())
 
         return ScanPlan(windows, read)
 
@@ -190,8 +191,8 @@ class TableSource:
         return Inventory(day_of(first) if first is not None else None, day_of(last) if last is not None else None,
                          count, untimed, count if first is None else 0, days)
 
-    def undated_records(self) -> list[QuarantinedRecord]:
-        return [row_to_result(row) for row in self._rows(None, undated=True)]
+    def undated_records(self) -> Iterator[QuarantinedRecord]:
+        yield from (row_to_result(row) for row in self._rows(None, undated=True))
 
     def changes(self, cursor: dict) -> Changes:
         with self._connect() as conn:

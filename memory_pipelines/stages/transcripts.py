@@ -71,13 +71,14 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
         # one day at a time, each its own transaction: memory follows the day, not the
         # location, and a run stopped on a later day keeps the days it finished
         for day in plan.windows:
-            scan = plan.read(day)
-            counts.files_read += scan.files
-            # a file may also fail between indexing and reading its day
-            unreadable |= {r.source_file for r in scan.quarantined if r.reason == QuarantineReason.UNREADABLE_FILE}
-            with conn.transaction():
-                repository.lock_transcript_writes(conn)
-                written |= _ingest(conn, scan, window.label, window.run_id, counts, report)
+            for scan in plan.read(day):
+                counts.files_read += scan.files
+                # a file may also fail between indexing and reading its day
+                unreadable |= {r.source_file for r in scan.quarantined
+                               if r.reason == QuarantineReason.UNREADABLE_FILE}
+                with conn.transaction():
+                    repository.lock_transcript_writes(conn)
+                    written |= _ingest(conn, scan, window.label, window.run_id, counts, report)
         counts.table_rows = repository.row_counts(conn, repository.ARCHIVE_TABLES)
     counts.sessions_touched = len(written)
     counts.files_unreadable = len(unreadable)

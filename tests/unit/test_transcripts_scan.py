@@ -179,6 +179,13 @@ def test_a_location_without_any_readable_time_is_undated_and_opens_no_day(tmp_pa
     [record] = scan_transcripts(tmp_path, _day(3), include_undated=True).quarantined
     assert (record.source_file, record.reason) == ("history.json", QuarantineReason.MALFORMED_JSON)
     assert [r.source_file for r in _source(tmp_path).undated_records()] == ["history.json"]
+    # undated records (every one refused) are read a file at a time, never the location at once
+    (tmp_path / "more.jsonl").write_text("not json\n{}\n")
+    plan = _source(tmp_path).plan(_day(3), include_undated=True)
+    [window] = plan.windows
+    scans = list(plan.read(window))
+    assert [(s.files, sorted({q.source_file for q in s.quarantined})) for s in scans] == [
+        (1, ["history.json"]), (1, ["more.jsonl"])]
 
 
 def test_a_file_named_directly_must_be_of_a_transcript_kind(tmp_path):
@@ -295,11 +302,11 @@ def test_a_file_unreadable_after_indexing_is_quarantined_once_and_read_again_lat
     # the file leaves the validated files kept in memory (as a large one does), then the disk
     monkeypatch.setattr(files, "_validated", files._ValidatedFiles())
     path.unlink()
-    scans = [plan.read(w) for w in plan.windows]
+    scans = [scan for w in plan.windows for scan in plan.read(w)]
     refused = [q for s in scans for q in s.quarantined]
     assert [(q.source_file, q.source_line, q.reason) for q in refused] == [
         ("two_days.jsonl", 0, QuarantineReason.UNREADABLE_FILE)]
     assert "two_days.jsonl" in refused[0].detail and not any(s.messages for s in scans)
     _write_jsonl(path, records)
     again = source.plan(ALL_TIME, include_undated=True)
-    assert [m.seq for w in again.windows for m in again.read(w).messages] == [1, 2]
+    assert [m.seq for w in again.windows for scan in again.read(w) for m in scan.messages] == [1, 2]
