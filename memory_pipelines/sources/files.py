@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Protocol
 
 import duckdb
@@ -134,7 +135,7 @@ class Catalog:
     indexed: tuple[str, ...]
     gone: tuple[str, ...]
 
-    @property
+    @cached_property  # asked once per file a window reads
     def location_days(self) -> list[int]:
         return sorted({d for e in self.entries.values() for d in e.days})
 
