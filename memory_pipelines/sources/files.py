@@ -10,11 +10,12 @@ scanned again; a file goes: its entry goes (its archived messages stay).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -122,6 +123,8 @@ class PostgresIndex:
 PROCESS_INDEX = MemoryIndex()
 # files kept validated between windows, by their size (DuckDB holds several times that)
 CACHE_BYTES = 32 * 1024 * 1024
+# new files read to index them are validated together up to this many bytes of files
+SCAN_BATCH_BYTES = 8 * 1024 * 1024
 # a window no record falls in: reads only what no time dates
 _EMPTY = TimeWindow(datetime(1970, 1, 1, tzinfo=UTC), datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC))
 
@@ -138,6 +141,12 @@ class Catalog:
     @cached_property  # asked once per file a window reads
     def location_days(self) -> list[int]:
         return sorted({d for e in self.entries.values() for d in e.days})
+
+    def dating(self, obj: SourceObject) -> Sequence[int]:
+        """The location days that date a file's records: none for a file with times of its
+        own (its validation does not depend on them)."""
+        entry = self.entries.get(obj.name)
+        return () if entry is not None and entry.days else self.location_days
 
     def days_of(self, obj: SourceObject) -> tuple[int, ...]:
         """The days a file's records are attributed to: its own, else the location's day nearest
@@ -156,37 +165,55 @@ class Catalog:
 
 class _ValidatedFiles:
     """Validated files kept for the next windows that read them (a range over files of many
-    days validates each once), least recently used first out, up to `budget` bytes of files:
-    memory stays bounded by the budget and the largest file, whatever the location holds."""
+    days validates each once): a batch of files validated together is one DuckDB connection,
+    least recently used batch first out, up to `budget` bytes of files, so memory stays
+    bounded by the budget and the largest batch, whatever the location holds."""
 
     def __init__(self, budget: int = CACHE_BYTES) -> None:
         self._lock = threading.Lock()
         self._budget = budget
-        self._files: OrderedDict[tuple, tuple[duckdb.DuckDBPyConnection, int]] = OrderedDict()
+        self._batches: OrderedDict[int, tuple[duckdb.DuckDBPyConnection, int, tuple[tuple, ...]]] = OrderedDict()
+        self._batch_of: dict[tuple, int] = {}  # file key -> its batch
+        self._ids = itertools.count()
 
-    def rows(self, key: tuple, size: int, build: Callable[[], duckdb.DuckDBPyConnection], params: dict) -> list[tuple]:
+    def rows(self, files: Sequence[tuple[tuple, str]], params: dict) -> dict[str, list[tuple]]:
+        """The records in the window (`params`) of the files kept, by name, of (key, name)
+        pairs; one query per batch."""
         with self._lock:
-            con = self._files.get(key, (None, 0))[0]
-            if con is None:
-                con = self._keep(key, build(), size)
-            self._files.move_to_end(key)
-            return con.execute(query("window_records"), params).fetchall()
+            by_batch: dict[int, list[str]] = {}
+            for key, name in files:
+                if (batch := self._batch_of.get(key)) is not None:
+                    by_batch.setdefault(batch, []).append(name)
+            found: dict[str, list[tuple]] = {name: [] for names in by_batch.values() for name in names}
+            for batch, names in by_batch.items():
+                self._batches.move_to_end(batch)
+                for row in window_rows(self._batches[batch][0], names, params):
+                    found[row[0]].append(row)
+            return found
 
-    def keep(self, key: tuple, con: duckdb.DuckDBPyConnection, size: int) -> None:
+    def keep(self, con: duckdb.DuckDBPyConnection, keys: Sequence[tuple], size: int) -> None:
+        """Keep a batch of validated files (`keys`, `size` bytes of files); older batches go
+        while the kept ones exceed the budget (the newest stays, whatever its size)."""
         with self._lock:
-            self._keep(key, con, size)
-
-    def _keep(self, key: tuple, con: duckdb.DuckDBPyConnection, size: int) -> duckdb.DuckDBPyConnection:
-        old = self._files.pop(key, None)
-        if old is not None:
-            old[0].close()
-        self._files[key] = (con, size)
-        while len(self._files) > 1 and sum(s for _, s in self._files.values()) > self._budget:
-            self._files.popitem(last=False)[1][0].close()
-        return con
+            for key in keys:  # a file validated again leaves its older batch's copy unused
+                self._batch_of.pop(key, None)
+            batch = next(self._ids)
+            self._batches[batch] = (con, size, tuple(keys))
+            self._batch_of.update((key, batch) for key in keys)
+            while len(self._batches) > 1 and sum(s for _, s, _ in self._batches.values()) > self._budget:
+                _, (old, _, old_keys) = self._batches.popitem(last=False)
+                old.close()
+                for key in old_keys:
+                    if self._batch_of.get(key) is not None and self._batch_of[key] not in self._batches:
+                        del self._batch_of[key]
 
 
 _validated = _ValidatedFiles()
+
+
+def window_rows(con: duckdb.DuckDBPyConnection, names: Sequence[str], params: dict) -> list[tuple]:
+    """The records in the window (`params`) of some files of a validated batch, by file and line."""
+    return con.execute(query("window_records_of"), {**params, "sources": list(names)}).fetchall()
 
 
 class FileSource:
@@ -207,9 +234,11 @@ class FileSource:
         fmt = self.settings.format or detect_format(obj.name, read.data)
         return fmt, list(decode_records(obj.name, read.data, fmt, self.settings.options)), read.etag
 
-    def _validate(self, obj: SourceObject, records: list[RawRecord],
+    def _validate(self, files: Sequence[tuple[SourceObject, list[RawRecord]]],
                   location_days: Sequence[int] = ()) -> duckdb.DuckDBPyConnection:
-        return validate(raw_table([SourcedRecords(obj.name, obj.mtime_ns // 1000, records)]),
+        """Files validated together, in one pass (a pass costs tens of milliseconds whatever
+        its size, so small files go in batches)."""
+        return validate(raw_table([SourcedRecords(obj.name, obj.mtime_ns // 1000, records) for obj, records in files]),
                         timezone=self.settings.timezone, max_bytes=self.settings.max_bytes,
                         location_days=location_days)
 
@@ -220,52 +249,52 @@ class FileSource:
 
     # -- the index
 
-    def _scan_alone(self, obj: SourceObject) -> IndexEntry | None:
-        """The index entry of one file, read and validated on its own; None when unreadable.
-        A file with times of its own stays validated for the window that reads it next."""
-        try:
-            fmt, records, etag = self._read(obj)
-        except UnreadableObject:
-            return None
-        con = self._validate(obj, records)
-        (count, refused, undated, days), = con.execute(query("file_summary")).fetchall()
-        if days:
-            _validated.keep(self._key(obj, ()), con, obj.size)
-        else:
-            con.close()
-        return IndexEntry(obj.name, obj.size, obj.mtime_ns, etag or obj.etag, self.settings.key, fmt,
-                          count, refused, undated, tuple(days))
+    def _scan(self, objects: Sequence[SourceObject]) -> Iterator[IndexEntry | SourceObject]:
+        """The index entry of each file, read on its own and validated in batches of up to
+        SCAN_BATCH_BYTES; a file that cannot be read comes back as itself. A batch stays
+        validated for the windows that read its files next."""
+        batch: list[tuple[SourceObject, str, list[RawRecord], str | None]] = []
+        for position, obj in enumerate(objects):
+            try:
+                batch.append((obj, *self._read(obj)))
+            except UnreadableObject:
+                yield obj
+            if batch and (position == len(objects) - 1 or sum(o.size for o, *_ in batch) >= SCAN_BATCH_BYTES):
+                yield from self._scan_batch(batch)
+                batch = []
+
+    def _scan_batch(self, batch: Sequence[tuple[SourceObject, str, list[RawRecord], str | None]]) -> list[IndexEntry]:
+        con = self._validate([(obj, records) for obj, _, records, _ in batch])
+        found = {source: rest for source, *rest in con.execute(query("file_summaries")).fetchall()}
+        _validated.keep(con, [self._key(obj, ()) for obj, *_ in batch], sum(obj.size for obj, *_ in batch))
+        entries = []
+        for obj, fmt, _, etag in batch:
+            count, refused, undated, days = found.get(obj.name, (0, 0, 0, []))  # an empty file has no row
+            entries.append(IndexEntry(obj.name, obj.size, obj.mtime_ns, etag or obj.etag, self.settings.key, fmt,
+                                      count, refused, undated, tuple(days)))
+        return entries
 
     def catalog(self) -> Catalog:
         """List the location and bring the index up to date: only new or changed files are read."""
         listing = self.store.list_objects()
         known = self.index.load(self.location)
-        entries, unreadable, fresh = {}, {}, []
-        for obj in listing.objects:
-            entry = known.get(obj.name)
-            if entry is None or not entry.describes(obj, self.settings.key):
-                entry = self._scan_alone(obj)
-                if entry is None:
-                    unreadable[obj.name] = obj
-                    continue
-                # saved as it is made: a scan of a large new location cut short (a sensor
-                # tick's time limit, a stopped run) keeps what it read
-                self.index.save(self.location, [entry])
-                fresh.append(entry)
-            entries[obj.name] = entry
+        current = {obj.name: known[obj.name] for obj in listing.objects
+                   if obj.name in known and known[obj.name].describes(obj, self.settings.key)}
+        unreadable, fresh = {}, []
+        for found in self._scan([obj for obj in listing.objects if obj.name not in current]):
+            if isinstance(found, SourceObject):
+                unreadable[found.name] = found
+                continue
+            # saved a batch at a time: a scan of a large new location cut short (a sensor
+            # tick's time limit, a stopped run) keeps what it read
+            self.index.save(self.location, [found])
+            fresh.append(found)
+            current[found.name] = found
+        entries = {obj.name: current[obj.name] for obj in listing.objects if obj.name in current}
         listed = {obj.name for obj in listing.objects}
         gone = tuple(sorted(name for name in known if name not in listed))
         self.index.delete(self.location, [*gone, *unreadable])
         return Catalog(listing, entries, unreadable, tuple(e.name for e in fresh), gone)
-
-    def _window_rows(self, obj: SourceObject, catalog: Catalog, window: TimeWindow, undated: bool) -> list[tuple]:
-        """A file's validated records in the window; raises UnreadableObject (a failed read is
-        never kept: the next window or run reads the file again)."""
-        entry = catalog.entries.get(obj.name)
-        location_days = () if entry is not None and entry.days else catalog.location_days
-        return _validated.rows(self._key(obj, location_days), obj.size,
-                               lambda: self._validate(obj, self._read(obj)[1], location_days),
-                               {"start_us": to_us(window.start), "end_us": to_us(window.end), "undated": undated})
 
     # -- what a source offers
 
@@ -322,17 +351,31 @@ class FileSource:
 
     def _rows_of(self, objects: Sequence[SourceObject], catalog: Catalog, window: TimeWindow,
                  undated: bool) -> tuple[list[tuple], list[QuarantinedRecord]]:
-        """The validated rows of files in the window, and a refused record for each file that
-        cannot be read now."""
-        rows: list[tuple] = []
+        """The validated rows of files in the window, in file order, and a refused record for
+        each file that cannot be read now (a failed read is never kept: the next window or
+        run reads the file again). Files not kept validated are read and validated together."""
+        params = {"start_us": to_us(window.start), "end_us": to_us(window.end), "undated": undated}
+        keys = {obj.name: self._key(obj, catalog.dating(obj)) for obj in objects}
+        found = _validated.rows([(keys[obj.name], obj.name) for obj in objects], params)
+        missing: list[tuple[SourceObject, list[RawRecord]]] = []
         unreadable: list[QuarantinedRecord] = []
         for obj in objects:
+            if obj.name in found:
+                continue
             try:
-                rows.extend(self._window_rows(obj, catalog, window, undated))
+                missing.append((obj, self._read(obj)[1]))
             except UnreadableObject as exc:
                 unreadable.append(QuarantinedRecord(obj.name, 0, QuarantineReason.UNREADABLE_FILE, str(exc), "",
                                                     obj.size))
-        return rows, unreadable
+        if missing:
+            # a dated file validates the same with the location's days: one pass for all
+            con = self._validate(missing, catalog.location_days)
+            names = [obj.name for obj, _ in missing]
+            found |= {name: [] for name in names}
+            for row in window_rows(con, names, params):
+                found[row[0]].append(row)
+            _validated.keep(con, [keys[name] for name in names], sum(obj.size for obj, _ in missing))
+        return [row for obj in objects for row in found.get(obj.name, ())], unreadable
 
     def changes(self, cursor: dict) -> Changes:
         """The days of the files new or changed since `cursor` (name → state)."""

@@ -165,10 +165,18 @@ SELECT * FROM validated_records
 WHERE (event_us >= $start_us AND event_us < $end_us) OR ($undated AND event_us IS NULL)
 ORDER BY source, line;
 
--- name: file_summary
--- What one file's index entry keeps (validated alone, with no location days): its records,
+-- name: window_records_of
+-- The same, of some of the files validated together ($sources).
+SELECT * FROM validated_records
+WHERE source = ANY($sources)
+  AND ((event_us >= $start_us AND event_us < $end_us) OR ($undated AND event_us IS NULL))
+ORDER BY source, line;
+
+-- name: file_summaries
+-- What each file's index entry keeps (files validated with no location days): its records,
 -- those refused, those no time of its own dates, and the UTC days its own times fall on.
-SELECT count(*), count(reason), count(*) FILTER (WHERE event_us IS NULL),
+SELECT source, count(*), count(reason), count(*) FILTER (WHERE event_us IS NULL),
        coalesce(list(DISTINCT event_us // 86400000000 ORDER BY event_us // 86400000000)
                 FILTER (WHERE event_us IS NOT NULL), [])
-FROM validated_records;
+FROM validated_records
+GROUP BY source;

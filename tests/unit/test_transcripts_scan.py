@@ -310,3 +310,28 @@ def test_a_file_unreadable_after_indexing_is_quarantined_once_and_read_again_lat
     _write_jsonl(path, records)
     again = source.plan(ALL_TIME, include_undated=True)
     assert [m.seq for w in again.windows for scan in again.read(w) for m in scan.messages] == [1, 2]
+
+
+def test_small_files_are_validated_in_batches_and_read_back_alike(tmp_path, monkeypatch):
+    """Thirty small files: indexing validates them in one pass (a pass costs tens of
+    milliseconds whatever its size), and a day whose files left the kept batches is read in
+    one pass too, with the records a file-by-file read gives."""
+    from memory_pipelines.sources import files
+
+    for n in range(30):
+        _write_jsonl(tmp_path / f"u{n:02}.jsonl", [
+            {**_msg(1, f"2026-10-0{3 + n % 2}T08:{n:02}:00Z"), "session_id": f"s{n}"},
+            {**_msg(2, f"2026-10-0{3 + n % 2}T09:{n:02}:00Z"), "session_id": f"s{n}"}])
+    passes = []
+    real_validate = files.validate
+    monkeypatch.setattr(files, "validate", lambda table, **kw: passes.append(table.num_rows) or real_validate(table, **kw))
+    source = _source(tmp_path)
+    plan = source.plan(ALL_TIME, include_undated=True)
+    assert passes == [60] and len(plan.windows) == 2
+    monkeypatch.setattr(files, "_validated", files._ValidatedFiles())  # nothing kept any more
+    scans = [scan for w in plan.windows for scan in plan.read(w)]
+    assert passes == [60, 30, 30]
+    read = [(m.session_id, m.seq, m.ts) for s in scans for m in s.messages]
+    assert sorted(read) == sorted((f"s{n}", q, m.ts) for n in range(30) for q in (1, 2)
+                                  for m in scan_transcripts(tmp_path / f"u{n:02}.jsonl", ALL_TIME).messages if m.seq == q)
+    assert len(read) == 60 and not any(s.quarantined for s in scans)
