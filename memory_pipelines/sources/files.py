@@ -249,19 +249,22 @@ class FileSource:
 
     # -- the index
 
-    def _scan(self, objects: Sequence[SourceObject]) -> Iterator[IndexEntry | SourceObject]:
-        """The index entry of each file, read on its own and validated in batches of up to
-        SCAN_BATCH_BYTES; a file that cannot be read comes back as itself. A batch stays
-        validated for the windows that read its files next."""
+    def _scan(self, objects: Sequence[SourceObject]) -> Iterator[tuple[list[IndexEntry], list[SourceObject]]]:
+        """The index entries of files, each read on its own and validated in batches of up to
+        SCAN_BATCH_BYTES, a batch at a time with the files that could not be read. A batch
+        stays validated for the windows that read its files next."""
         batch: list[tuple[SourceObject, str, list[RawRecord], str | None]] = []
+        unreadable: list[SourceObject] = []
+        size = 0
         for position, obj in enumerate(objects):
             try:
                 batch.append((obj, *self._read(obj)))
+                size += obj.size
             except UnreadableObject:
-                yield obj
-            if batch and (position == len(objects) - 1 or sum(o.size for o, *_ in batch) >= SCAN_BATCH_BYTES):
-                yield from self._scan_batch(batch)
-                batch = []
+                unreadable.append(obj)
+            if position == len(objects) - 1 or size >= SCAN_BATCH_BYTES:
+                yield (self._scan_batch(batch) if batch else []), unreadable
+                batch, unreadable, size = [], [], 0
 
     def _scan_batch(self, batch: Sequence[tuple[SourceObject, str, list[RawRecord], str | None]]) -> list[IndexEntry]:
         con = self._validate([(obj, records) for obj, _, records, _ in batch])
@@ -281,15 +284,13 @@ class FileSource:
         current = {obj.name: known[obj.name] for obj in listing.objects
                    if obj.name in known and known[obj.name].describes(obj, self.settings.key)}
         unreadable, fresh = {}, []
-        for found in self._scan([obj for obj in listing.objects if obj.name not in current]):
-            if isinstance(found, SourceObject):
-                unreadable[found.name] = found
-                continue
+        for scanned, failed in self._scan([obj for obj in listing.objects if obj.name not in current]):
             # saved a batch at a time: a scan of a large new location cut short (a sensor
             # tick's time limit, a stopped run) keeps what it read
-            self.index.save(self.location, [found])
-            fresh.append(found)
-            current[found.name] = found
+            self.index.save(self.location, scanned)
+            fresh.extend(scanned)
+            current |= {entry.name: entry for entry in scanned}
+            unreadable |= {obj.name: obj for obj in failed}
         entries = {obj.name: current[obj.name] for obj in listing.objects if obj.name in current}
         listed = {obj.name for obj in listing.objects}
         gone = tuple(sorted(name for name in known if name not in listed))
@@ -317,9 +318,9 @@ class FileSource:
         refused: set[str] = set()  # files found unreadable: quarantined once, in the first window reading them
 
         def read(w: TimeWindow) -> Iterator[TranscriptScan]:
-            # file by file, in name order (as records are ordered): one file validated at a
-            # time; a day's files are one scan (a fork's parent may be in another file of the
-            # day), undated records (every one refused) a scan per file
+            # a day's files are one scan (a fork's parent may be in another file of the day),
+            # in name order (as records are ordered); undated records (every one refused) a
+            # scan per file
             for batch in ([[obj] for obj in groups[w]] if undated else [groups[w]]):
                 rows, unreadable = self._rows_of(batch, catalog, w, undated)
                 fresh = [r for r in unreadable if r.source_file not in refused]
