@@ -311,10 +311,13 @@ def plan_decay(candidates: Sequence[DecayCandidate], triples: Sequence[Triple], 
         else:
             reason = "decayed"
         verdicts[id(c)] = DecayVerdict(c, score, reason, reason in ("expired", "pii_retention", "decayed"))
+    by_user: dict[str, list[Triple]] = {}  # a memory states only its own user's triples
+    for t in triples:
+        by_user.setdefault(t.user_id, []).append(t)
     topics: dict[tuple, list[DecayCandidate]] = {}
     for c in candidates:
         if c.source_table == "knowledge_entries":
-            for topic in {t.topic for t in triples if states(c.text, c.user_id, t)}:
+            for topic in {t.topic for t in by_user.get(c.user_id, ()) if states(c.text, c.user_id, t)}:
                 topics.setdefault(topic, []).append(c)
     changed = True
     while changed:  # a row kept in one topic may keep newer rows of its other topics
