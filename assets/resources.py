@@ -58,6 +58,7 @@ class TranscriptSourceResource(dg.ConfigurableResource):
     s3_endpoint_url: str | None = None
     columns: dict[str, str] = {}
     batch_rows: int = SourceSettings.batch_rows
+    cache_mb: int = SourceSettings.cache_mb
 
     @classmethod
     def from_settings(cls, settings: SourceSettings) -> "TranscriptSourceResource":

@@ -27,6 +27,7 @@ class SourceSettings:
     s3_endpoint_url: str | None = None
     columns: dict[str, str] = field(default_factory=dict)
     batch_rows: int = SPECS["MEMORY_SOURCE_BATCH_ROWS"].default
+    cache_mb: int = SPECS["MEMORY_TRANSCRIPT_CACHE_MB"].default
 
     @classmethod
     def from_env(cls, location: str | None = None) -> "SourceSettings":
@@ -34,12 +35,12 @@ class SourceSettings:
                    max_message_bytes=setting("MEMORY_MAX_MESSAGE_BYTES"), format=setting("MEMORY_TRANSCRIPT_FORMAT"),
                    fields=dict(setting("MEMORY_FORMAT_FIELDS") or {}), source_user=setting("MEMORY_SOURCE_USER"),
                    s3_endpoint_url=setting("MEMORY_S3_ENDPOINT_URL"), columns=dict(setting("MEMORY_SOURCE_COLUMNS") or {}),
-                   batch_rows=setting("MEMORY_SOURCE_BATCH_ROWS"))
+                   batch_rows=setting("MEMORY_SOURCE_BATCH_ROWS"), cache_mb=setting("MEMORY_TRANSCRIPT_CACHE_MB"))
 
     @property
     def scan(self) -> ScanSettings:
         return ScanSettings(self.timezone, self.max_message_bytes, None if self.format == "auto" else self.format,
-                            FormatOptions(dict(self.fields), self.source_user))
+                            FormatOptions(dict(self.fields), self.source_user), self.cache_mb * 1024 * 1024)
 
 
 def open_source(settings: SourceSettings, index: ObjectIndex = PROCESS_INDEX) -> TranscriptSource:

@@ -23,6 +23,7 @@ from typing import Protocol
 
 import duckdb
 
+from memory_pipelines.config import SPECS
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.formats import FormatOptions, RawRecord, decode_records, detect_format
@@ -42,6 +43,8 @@ class ScanSettings:
     max_bytes: int = 1_000_000
     format: str | None = None  # None: detected per file
     options: FormatOptions = field(default_factory=FormatOptions)
+    # files kept validated for a run's later days, by their size (not in `key`: records read alike)
+    cache_bytes: int = SPECS["MEMORY_TRANSCRIPT_CACHE_MB"].default * 1024 * 1024
 
     @property
     def key(self) -> str:
@@ -121,8 +124,6 @@ class PostgresIndex:
 
 
 PROCESS_INDEX = MemoryIndex()
-# files kept validated between windows, by their size (DuckDB holds several times that)
-CACHE_BYTES = 32 * 1024 * 1024
 # new files read to index them are validated together up to this many bytes of files
 SCAN_BATCH_BYTES = 8 * 1024 * 1024
 # a window no record falls in: reads only what no time dates
@@ -169,9 +170,8 @@ class _ValidatedFiles:
     least recently used batch first out, up to `budget` bytes of files, so memory stays
     bounded by the budget and the largest batch, whatever the location holds."""
 
-    def __init__(self, budget: int = CACHE_BYTES) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._budget = budget
         self._batches: OrderedDict[int, tuple[duckdb.DuckDBPyConnection, int, tuple[tuple, ...]]] = OrderedDict()
         self._batch_of: dict[tuple, int] = {}  # file key -> its batch
         self._ids = itertools.count()
@@ -191,16 +191,16 @@ class _ValidatedFiles:
                     found[row[0]].append(row)
             return found
 
-    def keep(self, con: duckdb.DuckDBPyConnection, keys: Sequence[tuple], size: int) -> None:
+    def keep(self, con: duckdb.DuckDBPyConnection, keys: Sequence[tuple], size: int, budget: int) -> None:
         """Keep a batch of validated files (`keys`, `size` bytes of files); older batches go
-        while the kept ones exceed the budget (the newest stays, whatever its size)."""
+        while the kept ones exceed `budget` bytes of files (the newest stays, whatever its size)."""
         with self._lock:
             for key in keys:  # a file validated again leaves its older batch's copy unused
                 self._batch_of.pop(key, None)
             batch = next(self._ids)
             self._batches[batch] = (con, size, tuple(keys))
             self._batch_of.update((key, batch) for key in keys)
-            while len(self._batches) > 1 and sum(s for _, s, _ in self._batches.values()) > self._budget:
+            while len(self._batches) > 1 and sum(s for _, s, _ in self._batches.values()) > budget:
                 _, (old, _, old_keys) = self._batches.popitem(last=False)
                 old.close()
                 for key in old_keys:
@@ -249,10 +249,11 @@ class FileSource:
 
     # -- the index
 
-    def _scan(self, objects: Sequence[SourceObject]) -> Iterator[tuple[list[IndexEntry], list[SourceObject]]]:
+    def _scan(self, objects: Sequence[SourceObject],
+              keep: TimeWindow | None) -> Iterator[tuple[list[IndexEntry], list[SourceObject]]]:
         """The index entries of files, each read on its own and validated in batches of up to
         SCAN_BATCH_BYTES, a batch at a time with the files that could not be read. A batch
-        stays validated for the windows that read its files next."""
+        holding days of `keep` stays validated for the windows that read it next."""
         batch: list[tuple[SourceObject, str, list[RawRecord], str | None]] = []
         unreadable: list[SourceObject] = []
         size = 0
@@ -263,28 +264,35 @@ class FileSource:
             except UnreadableObject:
                 unreadable.append(obj)
             if position == len(objects) - 1 or size >= SCAN_BATCH_BYTES:
-                yield (self._scan_batch(batch) if batch else []), unreadable
+                yield (self._scan_batch(batch, keep) if batch else []), unreadable
                 batch, unreadable, size = [], [], 0
 
-    def _scan_batch(self, batch: Sequence[tuple[SourceObject, str, list[RawRecord], str | None]]) -> list[IndexEntry]:
+    def _scan_batch(self, batch: Sequence[tuple[SourceObject, str, list[RawRecord], str | None]],
+                    keep: TimeWindow | None) -> list[IndexEntry]:
         con = self._validate([(obj, records) for obj, _, records, _ in batch])
         found = {source: rest for source, *rest in con.execute(query("file_summaries")).fetchall()}
-        _validated.keep(con, [self._key(obj, ()) for obj, *_ in batch], sum(obj.size for obj, *_ in batch))
         entries = []
         for obj, fmt, _, etag in batch:
             count, refused, undated, days = found.get(obj.name, (0, 0, 0, []))  # an empty file has no row
             entries.append(IndexEntry(obj.name, obj.size, obj.mtime_ns, etag or obj.etag, self.settings.key, fmt,
                                       count, refused, undated, tuple(days)))
+        first, last = (to_us(keep.start) // DAY_US, (to_us(keep.end) - 1) // DAY_US) if keep else (1, 0)
+        if any(first <= day <= last for entry in entries for day in entry.days):
+            _validated.keep(con, [self._key(obj, ()) for obj, *_ in batch], sum(obj.size for obj, *_ in batch),
+                            self.settings.cache_bytes)
+        else:
+            con.close()
         return entries
 
-    def catalog(self) -> Catalog:
-        """List the location and bring the index up to date: only new or changed files are read."""
+    def catalog(self, keep: TimeWindow | None = None) -> Catalog:
+        """List the location and bring the index up to date: only new or changed files are
+        read; those holding days of `keep` (the window a plan reads next) stay validated."""
         listing = self.store.list_objects()
         known = self.index.load(self.location)
         current = {obj.name: known[obj.name] for obj in listing.objects
                    if obj.name in known and known[obj.name].describes(obj, self.settings.key)}
         unreadable, fresh = {}, []
-        for scanned, failed in self._scan([obj for obj in listing.objects if obj.name not in current]):
+        for scanned, failed in self._scan([obj for obj in listing.objects if obj.name not in current], keep):
             # saved a batch at a time: a scan of a large new location cut short (a sensor
             # tick's time limit, a stopped run) keeps what it read
             self.index.save(self.location, scanned)
@@ -300,7 +308,7 @@ class FileSource:
     # -- what a source offers
 
     def plan(self, window: TimeWindow, *, include_undated: bool = False) -> ScanPlan:
-        catalog = self.catalog()
+        catalog = self.catalog(keep=window)
         objects = catalog.listing.objects
         undated = include_undated and not catalog.location_days
         if undated:
@@ -375,7 +383,8 @@ class FileSource:
             found |= {name: [] for name in names}
             for row in window_rows(con, names, params):
                 found[row[0]].append(row)
-            _validated.keep(con, [keys[name] for name in names], sum(obj.size for obj, _ in missing))
+            _validated.keep(con, [keys[name] for name in names], sum(obj.size for obj, _ in missing),
+                            self.settings.cache_bytes)
         return [row for obj in objects for row in found.get(obj.name, ())], unreadable
 
     def changes(self, cursor: dict) -> Changes:
