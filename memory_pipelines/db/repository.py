@@ -535,6 +535,7 @@ def check_frames(conn: psycopg.Connection, rows_query: str, params: Mapping, col
             rows=statement, columns=sql.SQL(", ").join(map(sql.Identifier, columns)))
     buffer: list[dict] = []
     with conn.transaction(), conn.cursor(name="memory_check_rows", row_factory=dict_row) as cur:
+        conn.execute(query("check_rows_plan"))
         cur.itersize = min(rows, 10_000)
         cur.execute(statement, params)
         for row in cur:

@@ -202,6 +202,12 @@ FROM memory_tree t
 LEFT JOIN memory_tree p ON p.tree_kind = t.tree_kind AND p.tree_key = t.tree_key AND p.node_key = t.parent_key
 WHERE t.user_id = ANY(%(user_ids)s);
 
+-- name: check_rows_plan
+-- Frames read every row in scope: an index scan in key order would make each row a random
+-- heap read (a year's 5M messages: tens of minutes); a bitmap or sequential scan and a sort
+-- take seconds.
+SET LOCAL enable_indexscan = off;
+
 -- name: check_rows_ordered
 -- A check's rows (one of the queries above) in the order they are cut into frames.
 SELECT * FROM ({rows}) AS q ORDER BY {columns};
