@@ -62,7 +62,9 @@ def test_a_source_table_is_read_by_day_and_watched_by_watermark(agent_db, databa
             ("c-2", "ann", 1, "user", "rotate the staging keys on Fridays", _ts(4, 10), None, _ts(4, 10)),
             ("c-2", "ann", 2, "assistant", "Fridays it is", _ts(4, 10), "m-small", _ts(4, 10)),
             ("c-3", "ann", 1, "user", "and a third", _ts(4, 11), None, _ts(4, 11)))
-    location = _table(agent, "table=chat_messages&watermark=updated_at")
+    # with a password in the URL (the embedded server trusts its socket and ignores it)
+    location = _table(agent.replace("postgres:@", "postgres:s3cret@", 1), "table=chat_messages&watermark=updated_at")
+    assert "s3cret" in location
     settings = SourceSettings(location=location, columns=COLUMNS, batch_rows=2)
     source = open_source(settings)
     found = source.inventory()
@@ -74,6 +76,9 @@ def test_a_source_table_is_read_by_day_and_watched_by_watermark(agent_db, databa
     [result] = materialize_partitions([transcripts], ["2026-10-03"], database_url, location,
                                       columns=COLUMNS, batch_rows=2)
     assert result.success
+    # the run's metadata names the source without its password
+    shown = result.asset_materializations_for_node("transcripts")[0].metadata["source"].value
+    assert "s3cret" not in shown and "postgres:***@" in shown
     stored = _stored(database_url)
     assert [(s, q, u, r) for s, q, u, r, *_ in stored] == [("c-1", 1, "ann", "user"), ("c-1", 2, "ann", "assistant")]
     assert [(f, line) for *_, f, line, _m in stored] == [("chat_messages", 1), ("chat_messages", 2)]
