@@ -249,7 +249,7 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
          "each canonical field (unset: columns of the canonical names)"),
     Spec("MEMORY_SOURCE_BATCH_ROWS", integer(1), 5000, "rows a postgresql:// transcript table is read in at a time"),
     Spec("MEMORY_TRANSCRIPT_CACHE_MB", integer(1), 128, "megabytes of transcript files a run keeps validated for "
-         "its later days (about 2.5 times that in memory); a file past it is validated again for each day it holds"),
+         "its later days (about 1.25 times that in memory); a file past it is validated again for each day it holds"),
     Spec("MEMORY_TIMEZONE", ZONE, "UTC", "zone for timestamps written without one"),
     Spec("MEMORY_MAX_MESSAGE_BYTES", integer(1), 1_000_000, "larger records are quarantined"),
     Spec("MEMORY_PARTITION_START", DAY, date(2024, 1, 1), "first daily partition"),

@@ -147,7 +147,7 @@ SELECT source, line, raw_bytes, reason,
            WHEN 'invalid_timestamp' THEN 'unparsable or out-of-range timestamp ' || left(coalesce(ts_text, ''), 80)
            WHEN 'nul_byte' THEN 'a text field holds a NUL character'
        END END AS detail,
-       left(raw, 4000) AS raw,
+       CASE WHEN reason IS NOT NULL THEN left(raw, 4000) END AS raw,  -- quarantine keeps it; a message does not
        CASE WHEN t_session_id = 'VARCHAR' THEN session_id END AS session_id,
        user_id, try_cast(seq_text AS BIGINT) AS seq, role, content,
        epoch_us(ts) AS ts_us,
