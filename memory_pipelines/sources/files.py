@@ -1,10 +1,11 @@
 """Transcript files from an object store (a local folder, an `s3://` prefix), in bounded memory.
 
-Each file is scanned once on its own and its index entry kept (`transcript_objects`): its
-state (size, modification time, ETag), format, record counts and the UTC days its records
-fall on. A window then reads only the files whose days it covers, one day at a time, so
-memory follows the largest file and the day, not the location. A file changes: it is
-scanned again; a file goes: its entry goes (its archived messages stay).
+Each file is read once to index it (small files validated together, up to SCAN_BATCH_BYTES
+a pass) and its index entry kept (`transcript_objects`): its state (size, modification time,
+ETag), format, record counts and the UTC days its records fall on. A window then reads only
+the files whose days it covers, one day at a time, so memory follows the largest file, the
+day and `MEMORY_TRANSCRIPT_CACHE_MB`, not the location. A file changes: it is scanned again;
+a file goes: its entry goes (its archived messages stay).
 """
 
 from __future__ import annotations
