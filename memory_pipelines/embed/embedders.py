@@ -90,11 +90,11 @@ def embed_config() -> EmbedConfig:
     )
 
 
-def _normalized(vectors: Sequence[Sequence[float]]) -> list[list[float]]:
+def _normalized(vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
     """Each vector at unit length (a zero vector stays zero), a batch at once."""
     matrix = np.asarray(vectors, dtype=np.float64)
     norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
-    return np.divide(matrix, norms[:, None], out=matrix.copy(), where=norms[:, None] > 0).tolist()
+    return np.divide(matrix, norms[:, None], out=np.zeros_like(matrix), where=norms[:, None] > 0)
 
 
 class Embedder(ABC):
@@ -117,9 +117,10 @@ class Embedder(ABC):
             self._dimension = len(self._embed_batch(["dimension probe"])[0])
         return self._dimension
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Unit vectors for `texts`, in batches; remote batches can pause between them."""
-        vectors: list[list[float]] = []
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors for `texts` (a row each, float64), in batches; remote batches can
+        pause between them."""
+        batches: list[np.ndarray] = []
         for start in range(0, len(texts), self.config.batch_size):
             if start and self.config.pause_s:
                 time.sleep(self.config.pause_s)
@@ -133,8 +134,9 @@ class Embedder(ABC):
                 if len(vector) != self._dimension:
                     raise EmbeddingError(f"{self.name} returned a {len(vector)}-dimension vector, "
                                          f"expected {self._dimension}")
-            vectors += _normalized(batch) if batch else []
-        return vectors
+            if len(batch):
+                batches.append(_normalized(batch))
+        return np.concatenate(batches) if batches else np.zeros((0, self._dimension or 0))
 
     @abstractmethod
     def _embed_batch(self, texts: list[str]) -> list[list[float]]: ...
@@ -154,20 +156,18 @@ class HashingEmbedder(Embedder):
         self._dimension = config.dimension or HASHING_DIMENSION
 
     def _embed_batch(self, texts):
-        vectors = []
-        for text in texts:
-            vector = [0.0] * self._dimension
-            words = self._WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-            terms = [_word_terms(word, self._dimension) for word in words]
-            # every word's own feature first, then every word's 3-grams: the order the sums
-            # were always made in, so the vectors stay the same to the last bit
-            for (bucket, sign), _ in terms:
-                vector[bucket] += 1.0 if sign else -1.0
-            for _, grams in terms:
-                for bucket, sign in grams:
-                    vector[bucket] += 0.5 if sign else -0.5
-            vectors.append(vector)
-        return vectors
+        matrix = np.zeros((len(texts), self._dimension))
+        for row, text in enumerate(texts):
+            buckets: list[int] = []
+            weights: list[float] = []
+            for word in self._WORD.findall(unicodedata.normalize("NFKC", text).casefold()):
+                word_buckets, word_weights = _word_features(word, self._dimension)
+                buckets += word_buckets
+                weights += word_weights
+            # the weights are halves and small whole numbers: their float sums are exact in
+            # any order, so a vector is the same to the last bit however it is summed
+            matrix[row] = np.bincount(buckets, weights, minlength=self._dimension)
+        return matrix
 
 
 def _signed_bucket(feature: str, dimension: int) -> tuple[int, bool]:
@@ -176,12 +176,15 @@ def _signed_bucket(feature: str, dimension: int) -> tuple[int, bool]:
 
 
 @lru_cache(maxsize=1 << 17)
-def _word_terms(word: str, dimension: int) -> tuple[tuple[int, bool], tuple[tuple[int, bool], ...]]:
-    """A word's hashed feature and its character 3-grams' (`<word>` padded), each as
-    (bucket, sign): a word is hashed once per process, not once per occurrence."""
+def _word_features(word: str, dimension: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """A word's buckets and signed weights: its own feature (weight 1) and its character
+    3-grams' (`<word>` padded, weight 0.5); a word is hashed once per process, not once per
+    occurrence."""
     padded = f"<{word}>"
-    grams = tuple(_signed_bucket(f"g:{padded[i:i + 3]}", dimension) for i in range(max(1, len(padded) - 2)))
-    return _signed_bucket(f"w:{word}", dimension), grams
+    features = [(_signed_bucket(f"w:{word}", dimension), 1.0)]
+    features += [(_signed_bucket(f"g:{padded[i:i + 3]}", dimension), 0.5) for i in range(max(1, len(padded) - 2))]
+    return (tuple(bucket for (bucket, _), _ in features),
+            tuple(weight if sign else -weight for (_, sign), weight in features))
 
 
 class _HttpEmbedder(Embedder):

@@ -21,7 +21,7 @@ ASSET = "memory_embeddings"
 # table -> the named query that lists its rows needing an embedding (id, text)
 EMBEDDED_TABLES = {"memory_facts": "facts_needing_embedding", "memory_chunks": "chunks_needing_embedding",
                    "knowledge_entries": "entries_needing_embedding", "memory_turns": "turns_needing_embedding"}
-PAGE_ROWS = 512
+PAGE_ROWS = 2048
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,13 @@ COUNTED_AS = {"memory_facts": "facts", "memory_chunks": "chunks", "knowledge_ent
               "memory_turns": "turns"}
 
 
-def _store(conn: psycopg.Connection, table: str, ids: list[int], vectors: list[list[float]], model_id: str) -> None:
+def _store(conn: psycopg.Connection, table: str, ids: list[int], vectors: np.ndarray, model_id: str) -> None:
     conn.execute(query("create_embedding_load"))
     with conn.cursor().copy(query("copy_embedding_load")) as copy:
         copy.set_types(["int8", "vector"])
-        for row_id, vector in zip(ids, vectors):
-            copy.write_row((row_id, np.asarray(vector, dtype=np.float32)))
+        for row_id, vector in zip(ids, vectors.astype(np.float32)):
+            copy.write_row((row_id, vector))
+    conn.execute(query("analyze_embedding_load"))
     conn.execute(sql.SQL(query("apply_embedding_load")).format(table=sql.Identifier(table)), {"model": model_id})
 
 
