@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cache
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 ROLES = ("user", "assistant", "tool", "system")
+
+
+@cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(kind))
+
+
+def shallow_fields(record: Any) -> dict[str, Any]:
+    """A dataclass's fields by name, values as they are: a row to write. (`asdict` deep-copies
+    every value, a tenth of a stage's time on rows written by the hundred thousand.)"""
+    return {name: getattr(record, name) for name in _field_names(type(record))}
 
 
 class QuarantineReason(StrEnum):

@@ -20,7 +20,9 @@ from memory_pipelines.chunks import Chunk
 from memory_pipelines.facts import FactCandidate, Rejection
 from memory_pipelines.knowledge import FUNCTIONAL_RELATIONS, EntryCandidate, RelationCandidate
 from memory_pipelines.llm.backends import ModelCall
-from memory_pipelines.records import ForkPoint, Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow
+from memory_pipelines.records import (
+    ForkPoint, Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow, shallow_fields,
+)
 from memory_pipelines.segments import SessionJudgement
 from memory_pipelines.summaries import StoredVersion, SummaryState, SummaryVersion
 from memory_pipelines.tree import EntityItem, Span, TreeNode
@@ -122,7 +124,7 @@ def row_counts(conn: psycopg.Connection, tables: Sequence[str]) -> dict[str, int
 def insert_llm_calls(conn: psycopg.Connection, calls: Iterable[ModelCall], *, run_id: str, asset: str,
                      partition_key: str | None, session_id: str | None) -> None:
     rows = [
-        {**asdict(c), "run_id": run_id, "asset": asset, "partition_key": partition_key, "session_id": session_id}
+        {**shallow_fields(c), "run_id": run_id, "asset": asset, "partition_key": partition_key, "session_id": session_id}
         for c in calls
     ]
     if rows:
@@ -416,7 +418,7 @@ def upsert_facts(conn: psycopg.Connection, user_id: str, candidates: Sequence[Fa
                 "user_id": user_id, "category": c.category, "key": c.key, "observed_at": c.last_verified_at})
     with conn.cursor() as cur:
         cur.executemany(query("upsert_fact"), [
-            {**asdict(c), "user_id": user_id, **lineage} for c in candidates])
+            {**shallow_fields(c), "user_id": user_id, **lineage} for c in candidates])
     conn.execute(query("merge_fact_families"),
                  {"user_id": user_id, "canonical_keys": sorted({c.canonical_key for c in candidates})})
 
@@ -568,7 +570,7 @@ def forge_knowledge(conn: psycopg.Connection, entries: Sequence[EntryCandidate],
     Returns the entries inserted or changed."""
     if not entries:
         return 0
-    rows = [{**asdict(e), "entry_key": e.key, "content_hash": e.content_hash, "tags": list(e.tags),
+    rows = [{**shallow_fields(e), "entry_key": e.key, "content_hash": e.content_hash, "tags": list(e.tags),
              "pii_kinds": list(e.pii_kinds), **lineage} for e in entries]
     ever_archived = {key for (key,) in conn.execute(query("archived_entry_keys"),
                                                     {"entry_keys": [row["entry_key"] for row in rows]})}
@@ -623,7 +625,7 @@ def forge_relations(conn: psycopg.Connection, user_id: str, relations: Sequence[
         return
     with conn.pipeline():  # nothing here waits on an answer: one round trip
         for r in relations:
-            conn.execute(query("insert_relation"), {**asdict(r), "user_id": user_id, **lineage})
+            conn.execute(query("insert_relation"), {**shallow_fields(r), "user_id": user_id, **lineage})
         for subject, relation in sorted({(r.subject, r.relation) for r in relations
                                          if r.relation in FUNCTIONAL_RELATIONS}):
             conn.execute(query("close_contradicted"), {"user_id": user_id, "subject": subject, "relation": relation})
@@ -653,7 +655,7 @@ def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequ
     if changed:
         with conn.cursor() as cur:
             cur.executemany(query("upsert_turn"), [
-                {**asdict(r), "keys": list(r.keys), "content_hash": r.content_hash, "run_id": run_id}
+                {**shallow_fields(r), "keys": list(r.keys), "content_hash": r.content_hash, "run_id": run_id}
                 for r in changed])
             written = cur.rowcount
     removed = conn.execute(query("delete_turns_except"), {

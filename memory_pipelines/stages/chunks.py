@@ -4,7 +4,7 @@ together, in session order), not a round trip per session."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import timedelta
 
 from psycopg_pool import ConnectionPool
@@ -12,7 +12,7 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines.chunks import PACKER_VERSION, chunk_breadcrumbs, pack_chunks
 from memory_pipelines.config import SPECS
 from memory_pipelines.db import repository
-from memory_pipelines.records import TimeWindow
+from memory_pipelines.records import TimeWindow, shallow_fields
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
 
 ASSET = "memory_chunks"
@@ -56,7 +56,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
             for session_id, chunks in packed.items():
                 version, summary = summaries.get(session_id, (None, None))
                 keys = list(summary.keys) if summary is not None else []
-                rows += [{**asdict(c), "content_hash": c.content_hash, "breadcrumbs": chunk_breadcrumbs(c, keys),
+                rows += [{**shallow_fields(c), "content_hash": c.content_hash, "breadcrumbs": chunk_breadcrumbs(c, keys),
                           "summary_version": version, "partition_key": key, "run_id": window.run_id,
                           "model": "chunker", "prompt_version": PACKER_VERSION} for c in chunks]
                 report.sessions.add(session_id)

@@ -3,13 +3,14 @@ day (a fix found later in the session counts when that day is run)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.knowledge import ERROR_TTL, resolved_errors
+from memory_pipelines.records import shallow_fields
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
 
 ASSET = "error_memory"
@@ -30,7 +31,7 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
                                                       {"start": day.start, "end": day.end})]
             for session_id, messages in repository.sessions_messages(conn, session_ids, day.end).items():
                 for fix in resolved_errors(messages):
-                    rows.append({**asdict(fix), "user_id": messages[0].user_id, "session_id": session_id,
+                    rows.append({**shallow_fields(fix), "user_id": messages[0].user_id, "session_id": session_id,
                                  "expires_at": fix.observed_at + ERROR_TTL, "partition_key": key,
                                  "run_id": window.run_id})
                     report.preview.append({"session": session_id, "tool": fix.tool, "error": fix.error,
