@@ -519,15 +519,17 @@ def insert_chunks(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
 
 def check_frame(conn: psycopg.Connection, rows_query: str, params: Mapping) -> pd.DataFrame:
     """The rows in scope of a data-quality check (a named query of sql/queries/checks.sql)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return pd.DataFrame(cur.execute(query(rows_query), params).fetchall())
+    with conn.cursor() as cur:
+        rows = cur.execute(query(rows_query), params).fetchall()
+        return pd.DataFrame(rows, columns=[column.name for column in cur.description])
 
 
 def check_frames(conn: psycopg.Connection, rows_query: str, params: Mapping, columns: Sequence[str] | None,
                  rows: int) -> Iterator[pd.DataFrame]:
     """The rows in scope of a data-quality check as frames of about `rows` rows, never
     splitting rows equal on `columns` (ordered by them; (): cut anywhere; None: one frame). A
-    server-side cursor reads them, so a check over a year's rows holds one frame at a time."""
+    server-side cursor reads them a block at a time, so a check over a year's rows holds one
+    frame at a time."""
     if columns is None:
         yield check_frame(conn, rows_query, params)
         return
@@ -535,17 +537,25 @@ def check_frames(conn: psycopg.Connection, rows_query: str, params: Mapping, col
     if columns:
         statement = sql.SQL(query("check_rows_ordered")).format(
             rows=statement, columns=sql.SQL(", ").join(map(sql.Identifier, columns)))
-    buffer: list[dict] = []
-    with conn.transaction(), conn.cursor(name="memory_check_rows", row_factory=dict_row) as cur:
+    with conn.transaction(), conn.cursor(name="memory_check_rows") as cur:
         conn.execute(query("check_rows_plan"))
-        cur.itersize = min(rows, 10_000)
         cur.execute(statement, params)
-        for row in cur:
-            if len(buffer) >= rows and [row[c] for c in columns] != [buffer[-1][c] for c in columns]:
-                yield pd.DataFrame(buffer)
-                buffer = []
-            buffer.append(row)
-    yield pd.DataFrame(buffer)
+        names = [column.name for column in cur.description]
+        positions = [names.index(c) for c in columns]
+        pending: list[tuple] = []
+        while block := cur.fetchmany(rows):
+            pending += block
+            if len(pending) < rows:
+                continue
+            cut = len(pending)
+            if positions:  # the last row whose key differs from the one before: a frame ends there
+                last = [pending[-1][i] for i in positions]
+                while cut > 0 and [pending[cut - 1][i] for i in positions] == last:
+                    cut -= 1
+            if cut:
+                yield pd.DataFrame(pending[:cut], columns=names)
+                pending = pending[cut:]
+        yield pd.DataFrame(pending, columns=names)
 
 
 # --- knowledge ---------------------------------------------------------------------------
