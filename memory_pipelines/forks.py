@@ -163,8 +163,8 @@ def merge_fork(conn: psycopg.Connection, fork_session_id: str, parent_session_id
         repository.refresh_sessions(conn, [parent_session_id])
         _clear_derived(conn, parent_session_id, min(m.seq for m in (*turns, *later)), merge.first_changed_day)
         if calls:
-            repository.insert_llm_calls(conn, calls, run_id=f"merge-{merge.id}", asset="session_merges",
-                                        partition_key=merge.first_changed_day, session_id=parent_session_id)
+            repository.insert_llm_calls(conn, [(c, merge.first_changed_day, parent_session_id) for c in calls],
+                                        run_id=f"merge-{merge.id}", asset="session_merges")
     return MergeReport(merge, written, len(later), calls=calls)
 
 

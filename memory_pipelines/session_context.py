@@ -95,8 +95,7 @@ def context_for(conn: psycopg.Connection, session_id: str, request: str | None =
         kept, relevance = relevant, "filtered" if relevant is not None else "none_relevant"
     except ModelError as exc:
         call, kept, relevance = exc.call, summary, "decision_failed"
-    repository.insert_llm_calls(conn, [call], run_id=QUERY_RUN_ID, asset="query.context_for",
-                                partition_key=None, session_id=session_id)
+    repository.insert_llm_calls(conn, [(call, None, session_id)], run_id=QUERY_RUN_ID, asset="query.context_for")
     return SessionContext(session_id, messages, kept, relevance, call, forks)
 
 

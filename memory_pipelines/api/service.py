@@ -422,8 +422,8 @@ class MemoryService:
                       "model": f"{call.backend}/{call.model}", "stored": False}
             if conn is not None:
                 lineage_row = {**caller.lineage(now), "session_id": session}
-                repository.forge_knowledge(conn, entries, lineage_row)
-                repository.forge_relations(conn, user, relations, lineage_row)
+                repository.forge_knowledge(conn, [(e, lineage_row) for e in entries])
+                repository.forge_relations(conn, [(r, {**lineage_row, "user_id": user}) for r in relations])
                 answer["stored"] = True
             return answer
 

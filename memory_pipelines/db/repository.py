@@ -121,11 +121,12 @@ def row_counts(conn: psycopg.Connection, tables: Sequence[str]) -> dict[str, int
 
 # --- model calls -------------------------------------------------------------------------
 
-def insert_llm_calls(conn: psycopg.Connection, calls: Iterable[ModelCall], *, run_id: str, asset: str,
-                     partition_key: str | None, session_id: str | None) -> None:
+def insert_llm_calls(conn: psycopg.Connection, made: Iterable[tuple[ModelCall, str | None, str | None]], *,
+                     run_id: str, asset: str) -> None:
+    """Each (call, partition key, session id) as a row of `llm_calls`."""
     rows = [
         {**shallow_fields(c), "run_id": run_id, "asset": asset, "partition_key": partition_key, "session_id": session_id}
-        for c in calls
+        for c, partition_key, session_id in made
     ]
     if rows:
         with conn.cursor() as cur:
@@ -575,13 +576,13 @@ def knowledge_source_fingerprints(conn: psycopg.Connection, session_ids: Sequenc
                                                                       "partition_key": partition_key}).fetchall())
 
 
-def forge_knowledge(conn: psycopg.Connection, entries: Sequence[EntryCandidate], lineage: dict) -> int:
-    """Persist entries: a version row per distinct content, the entry updated in place.
-    Returns the entries inserted or changed."""
+def forge_knowledge(conn: psycopg.Connection, entries: Sequence[tuple[EntryCandidate, dict]]) -> int:
+    """Persist entries, each with its lineage (a batch of sessions' at once): a version row
+    per distinct content, the entry updated in place. Returns the entries inserted or changed."""
     if not entries:
         return 0
     rows = [{**shallow_fields(e), "entry_key": e.key, "content_hash": e.content_hash, "tags": list(e.tags),
-             "pii_kinds": list(e.pii_kinds), **lineage} for e in entries]
+             "pii_kinds": list(e.pii_kinds), **lineage} for e, lineage in entries]
     ever_archived = {key for (key,) in conn.execute(query("archived_entry_keys"),
                                                     {"entry_keys": [row["entry_key"] for row in rows]})}
     written = 0
@@ -629,16 +630,24 @@ def _fold_into_archived_entry(conn: psycopg.Connection, archived: tuple, row: di
     conn.execute(sql.SQL(query("delete_rows")).format(table=table), {"ids": [entry_id]})
 
 
-def forge_relations(conn: psycopg.Connection, user_id: str, relations: Sequence[RelationCandidate],
-                    lineage: dict) -> None:
+def forge_relations(conn: psycopg.Connection, relations: Sequence[tuple[RelationCandidate, dict]]) -> None:
+    """Insert triples, each with its lineage (its user among it), then close the one-value
+    relations they contradict (in any order: closing does not depend on it)."""
     if not relations:
         return
     with conn.pipeline():  # nothing here waits on an answer: one round trip
-        for r in relations:
-            conn.execute(query("insert_relation"), {**shallow_fields(r), "user_id": user_id, **lineage})
-        for subject, relation in sorted({(r.subject, r.relation) for r in relations
-                                         if r.relation in FUNCTIONAL_RELATIONS}):
+        for r, lineage in relations:
+            conn.execute(query("insert_relation"), {**shallow_fields(r), **lineage})
+        for user_id, subject, relation in sorted({(lineage["user_id"], r.subject, r.relation)
+                                                  for r, lineage in relations if r.relation in FUNCTIONAL_RELATIONS}):
             conn.execute(query("close_contradicted"), {"user_id": user_id, "subject": subject, "relation": relation})
+
+
+def record_knowledge_sources(conn: psycopg.Connection, rows: Sequence[dict]) -> None:
+    """What each session-day's synthesis followed from (its fingerprint) and how many entries it gave."""
+    if rows:
+        with conn.cursor() as cur:
+            cur.executemany(query("record_knowledge_source"), rows)
 
 
 def forgotten_for(conn: psycopg.Connection, user_ids: Sequence[str]) -> frozenset[tuple[str, str]]:

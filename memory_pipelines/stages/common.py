@@ -120,8 +120,11 @@ class CallContext:
 
     def record(self, conn: psycopg.Connection, calls: Sequence[ModelCall], partition_key: str | None,
                session_id: str | None) -> None:
-        repository.insert_llm_calls(conn, calls, run_id=self.run_id, asset=self.asset, partition_key=partition_key,
-                                    session_id=session_id)
+        self.record_all(conn, [(call, partition_key, session_id) for call in calls])
+
+    def record_all(self, conn: psycopg.Connection, made: Sequence[tuple[ModelCall, str | None, str | None]]) -> None:
+        """Calls of several sessions at once: (call, partition key, session id) each."""
+        repository.insert_llm_calls(conn, made, run_id=self.run_id, asset=self.asset)
 
 
 @dataclass(frozen=True)

@@ -122,9 +122,9 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
         lineage = {"partition_key": key, "run_id": ctx.run_id, "model": extractor.model,
                    "prompt_version": extractor.prompt_version(EXTRACT_FACTS)}
         extracted = []
+        ctx.record_all(conn, [(answer.call, key, answer.session.session_id) for answer in answers])
         for answer in answers:
             session = answer.session
-            ctx.record(conn, [answer.call], key, session.session_id)
             report.calls.append(answer.call)
             if answer.error is not None:
                 report.failures.append(StageFailure(session.session_id, None,

@@ -13,9 +13,8 @@ from dataclasses import asdict, dataclass
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import repository
-from memory_pipelines.db.queries import query
 from memory_pipelines.facts import render_for_extraction
-from memory_pipelines.knowledge import prepare
+from memory_pipelines.knowledge import EntryCandidate, RelationCandidate, prepare
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.llm.prompts import SYNTHESIZE_KNOWLEDGE
 from memory_pipelines.records import Message, Summary
@@ -101,29 +100,36 @@ def _synthesize_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[Mess
 
         lineage = {"partition_key": key, "run_id": ctx.run_id, "model": synthesizer.model,
                    "prompt_version": synthesizer.prompt_version(SYNTHESIZE_KNOWLEDGE)}
-        for answer in map_parallel(pending, ask, settings.concurrency):
+        answers = map_parallel(pending, ask, settings.concurrency)
+        ctx.record_all(conn, [(answer.call, key, answer.session_id) for answer in answers])
+        # every session's entries, triples and fingerprint written together: a few round trips a batch
+        entries: list[tuple[EntryCandidate, dict]] = []
+        relations: list[tuple[RelationCandidate, dict]] = []
+        sources: list[dict] = []
+        for answer in answers:
             session_id, user_id = answer.session_id, answer.kept[0].user_id
-            ctx.record(conn, [answer.call], key, session_id)
             report.calls.append(answer.call)
             if answer.error is not None:
                 report.failures.append(StageFailure(session_id, key, f"knowledge synthesis failed: {answer.error}",
                                                     answer.call.budget_reached))
                 continue
-            entries, relations, problems = prepare(
+            found, triples, problems = prepare(
                 answer.raw, answer.kept, session_id, user_id, sanitize_pii=settings.sanitize_pii,
                 ttl_seconds=settings.ttl_seconds, consent_basis=settings.consent_basis)
-            counts.entries_written += repository.forge_knowledge(conn, entries, {"session_id": session_id, **lineage})
-            repository.forge_relations(conn, user_id, relations, {"session_id": session_id, **lineage})
-            conn.execute(query("record_knowledge_source"), {"session_id": session_id, "partition_key": key,
-                                                            "fingerprint": answer.fingerprint,
-                                                            "entries": len(entries), "run_id": ctx.run_id})
-            counts.entries_seen += len(entries)
+            entries += [(e, {"session_id": session_id, **lineage}) for e in found]
+            relations += [(r, {"session_id": session_id, "user_id": user_id, **lineage}) for r in triples]
+            sources.append({"session_id": session_id, "partition_key": key, "fingerprint": answer.fingerprint,
+                            "entries": len(found), "run_id": ctx.run_id})
+            counts.entries_seen += len(found)
             counts.entries_dropped += len(problems)
-            counts.relations += len(relations)
-            counts.entries_with_pii += sum(e.has_pii for e in entries)
+            counts.relations += len(triples)
+            counts.entries_with_pii += sum(e.has_pii for e in found)
             report.users.add(user_id)
             report.preview.extend({"session": session_id, "kind": e.kind, "title": e.title, "scope": e.scope,
-                                   "importance": e.importance, "pii": ",".join(e.pii_kinds)} for e in entries)
+                                   "importance": e.importance, "pii": ",".join(e.pii_kinds)} for e in found)
+        counts.entries_written += repository.forge_knowledge(conn, entries)
+        repository.forge_relations(conn, relations)
+        repository.record_knowledge_sources(conn, sources)
     return report
 
 
