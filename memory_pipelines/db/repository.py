@@ -125,8 +125,8 @@ def insert_llm_calls(conn: psycopg.Connection, made: Iterable[tuple[ModelCall, s
                      run_id: str, asset: str) -> None:
     """Each (call, partition key, session id) as a row of `llm_calls`."""
     rows = [
-        {**shallow_fields(c), "run_id": run_id, "asset": asset, "partition_key": partition_key, "session_id": session_id}
-        for c, partition_key, session_id in made
+        {**shallow_fields(c), "run_id": run_id, "asset": asset, "partition_key": key, "session_id": session_id}
+        for c, key, session_id in made
     ]
     if rows:
         with conn.cursor() as cur:

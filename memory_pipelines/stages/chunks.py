@@ -56,7 +56,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
             for session_id, chunks in packed.items():
                 version, summary = summaries.get(session_id, (None, None))
                 keys = list(summary.keys) if summary is not None else []
-                rows += [{**shallow_fields(c), "content_hash": c.content_hash, "breadcrumbs": chunk_breadcrumbs(c, keys),
+                rows += [{**shallow_fields(c), "content_hash": c.content_hash,
+                          "breadcrumbs": chunk_breadcrumbs(c, keys),
                           "summary_version": version, "partition_key": key, "run_id": window.run_id,
                           "model": "chunker", "prompt_version": PACKER_VERSION} for c in chunks]
                 report.sessions.add(session_id)

@@ -122,30 +122,32 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
         lineage = {"partition_key": key, "run_id": ctx.run_id, "model": extractor.model,
                    "prompt_version": extractor.prompt_version(EXTRACT_FACTS)}
         extracted = []
-        ctx.record_all(conn, [(answer.call, key, answer.session.session_id) for answer in answers])
-        for answer in answers:
-            session = answer.session
-            report.calls.append(answer.call)
-            if answer.error is not None:
-                report.failures.append(StageFailure(session.session_id, None,
-                                                    f"extraction failed, left due: {answer.error}",
-                                                    answer.call.budget_reached))
-                counts.sessions_failed += 1
-                continue
-            accepted, rejected = validate_items(answer.items, answer.messages) if answer.messages else ([], [])
-            repository.upsert_facts(conn, session.user_id, accepted, {"session_id": session.session_id, **lineage},
-                                    archived_keys.get(session.user_id, set()))
-            repository.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
-            extracted.append((session, len(accepted), len(rejected)))
-            counts.sessions_extracted += 1
-            counts.facts_accepted += len(accepted)
-            counts.facts_rejected += len(rejected)
-            report.preview.extend({"session": session.session_id, "category": c.category, "key": c.key,
-                                   "value": c.value, "source": c.source, "confidence": c.confidence}
-                                  for c in accepted)
-            report.users.add(session.user_id)
-            report.sessions.add(session.session_id)
-        repository.mark_sessions_extracted(conn, extracted, end, key, ctx.run_id)
+        # nothing below waits on an answer (but a re-observed archived key): sent in one round trip
+        with conn.pipeline():
+            ctx.record_all(conn, [(answer.call, key, answer.session.session_id) for answer in answers])
+            for answer in answers:
+                session = answer.session
+                report.calls.append(answer.call)
+                if answer.error is not None:
+                    report.failures.append(StageFailure(session.session_id, None,
+                                                        f"extraction failed, left due: {answer.error}",
+                                                        answer.call.budget_reached))
+                    counts.sessions_failed += 1
+                    continue
+                accepted, rejected = validate_items(answer.items, answer.messages) if answer.messages else ([], [])
+                repository.upsert_facts(conn, session.user_id, accepted, {"session_id": session.session_id, **lineage},
+                                        archived_keys.get(session.user_id, set()))
+                repository.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
+                extracted.append((session, len(accepted), len(rejected)))
+                counts.sessions_extracted += 1
+                counts.facts_accepted += len(accepted)
+                counts.facts_rejected += len(rejected)
+                report.preview.extend({"session": session.session_id, "category": c.category, "key": c.key,
+                                       "value": c.value, "source": c.source, "confidence": c.confidence}
+                                      for c in accepted)
+                report.users.add(session.user_id)
+                report.sessions.add(session.session_id)
+            repository.mark_sessions_extracted(conn, extracted, end, key, ctx.run_id)
     return report
 
 
