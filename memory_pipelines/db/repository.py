@@ -280,7 +280,7 @@ def discard_summary_versions(conn: psycopg.Connection, session_id: str, partitio
 
 
 def insert_summary_version(conn: psycopg.Connection, version: SummaryVersion, run_id: str) -> None:
-    row = asdict(version)
+    row = shallow_fields(version)
     row.update(summary=Jsonb(version.summary.to_json()), trimmed=Jsonb(list(version.trimmed)), run_id=run_id)
     conn.execute(query("insert_summary_version"), row)
     conn.execute(query("refresh_current_summary"), {"session_id": version.session_id})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
+from functools import lru_cache
 
 _WORD = re.compile(r"[\w][\w'’-]*", re.UNICODE)
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
@@ -54,11 +56,21 @@ def _is_cjk(text: str) -> bool:
                                       for ch in text)
 
 
+@lru_cache(maxsize=1 << 16)
+def _script(ch: str) -> str:
+    """kana, han or '' (anything else) by the character's Unicode name."""
+    name = unicodedata.name(ch, "")
+    return "kana" if name.startswith(("HIRAGANA", "KATAKANA")) else "han" if name.startswith("CJK UNIFIED") else ""
+
+
 def detect_language(texts: list[str]) -> str:
     """ISO 639-1 code of the dominant language of `texts` (en when unsure)."""
     joined = " ".join(texts)
-    kana = sum(1 for ch in joined if unicodedata.name(ch, "").startswith(("HIRAGANA", "KATAKANA")))
-    han = sum(1 for ch in joined if unicodedata.name(ch, "").startswith("CJK UNIFIED"))
+    scripts: Counter[str] = Counter()
+    if not joined.isascii():  # each distinct character named once, not each occurrence
+        for ch, count in Counter(joined).items():
+            scripts[_script(ch)] += count
+    kana, han = scripts["kana"], scripts["han"]
     if kana >= 2 and kana * 4 >= han * 0.2:
         return "ja"
     if han >= 2:

@@ -190,10 +190,13 @@ WHERE a.partition_key = ANY(%(partition_keys)s);
 -- the API has none), a session tree's leaf a chunk's span.
 SELECT t.tree_kind, t.tree_key, t.node_key,
        t.parent_key IS NULL OR coalesce(p.level = t.level + 1, false) AS parent_above,
+       -- a span's session looked up by its key (a join here was planned as a scan of every
+       -- session per node: 6.6 s at 37k nodes, 0.3 s this way)
        (jsonb_array_length(t.spans) > 0 OR t.tree_kind = 'entity') AND NOT EXISTS (
            SELECT 1 FROM jsonb_to_recordset(t.spans) AS sp(session_id text, seq_start bigint, seq_end bigint)
-           LEFT JOIN sessions s ON s.session_id = sp.session_id
-           WHERE s.user_id IS DISTINCT FROM t.user_id OR sp.seq_end < sp.seq_start) AS spans_of_user,
+           WHERE sp.seq_end < sp.seq_start
+              OR NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = sp.session_id AND s.user_id = t.user_id)
+       ) AS spans_of_user,
        t.tree_kind <> 'session' OR t.level > 0 OR EXISTS (
            SELECT 1 FROM memory_chunks c
            WHERE c.session_id = t.tree_key AND c.start_seq = (t.spans -> 0 ->> 'seq_start')::bigint
