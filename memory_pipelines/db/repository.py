@@ -669,14 +669,20 @@ def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequ
     when it is indexed again."""
     stored = {(session_id, seq): hashes for session_id, seq, *hashes in conn.execute(
         query("stored_turn_hashes"), {"session_ids": list(session_ids)})}
-    changed = [r for r in rows if stored.get((r.session_id, r.seq)) != [r.content_hash, r.window_hash]]
+    changed = []
+    for r in rows:
+        content_hash = r.content_hash
+        if stored.get((r.session_id, r.seq)) != [content_hash, r.window_hash]:
+            changed.append((r.session_id, r.seq, r.user_id, r.pos, r.role, r.ts, r.language, r.body, list(r.keys),
+                            content_hash, r.window_hash))
     written = 0
     if changed:
-        with conn.cursor() as cur:
-            cur.executemany(query("upsert_turn"), [
-                {**shallow_fields(r), "keys": list(r.keys), "content_hash": r.content_hash, "run_id": run_id}
-                for r in changed])
-            written = cur.rowcount
+        conn.execute(query("create_turn_load"))
+        with conn.cursor().copy(query("copy_turn_load")) as copy:
+            for row in changed:
+                copy.write_row(row)
+        written = conn.execute(query("upsert_turns_from_load"), {"run_id": run_id}).rowcount
+        conn.execute(query("drop_turn_load"))  # a second batch in the same transaction starts empty
     removed = conn.execute(query("delete_turns_except"), {
         "session_ids": list(session_ids), "kept_sessions": [r.session_id for r in rows],
         "kept_seqs": [r.seq for r in rows]}).rowcount

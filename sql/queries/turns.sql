@@ -24,15 +24,27 @@ ORDER BY session_id, k;
 -- What the sessions' stored turns hold and what their embeddings read, to send only changes.
 SELECT session_id, seq, content_hash, window_hash FROM memory_turns WHERE session_id = ANY(%(session_ids)s);
 
--- name: upsert_turn
+-- name: create_turn_load
+-- A batch's changed turns arrive by COPY and are upserted by one statement (a statement per
+-- turn cost more than computing their lexemes). Migration 0015 names it by its old name, upsert_turn.
+CREATE TEMP TABLE turn_load (
+    session_id text, seq bigint, user_id text, pos integer, role text, ts timestamptz, language text, body text,
+    keys text[], content_hash text, window_hash text
+) ON COMMIT DROP;
+
+-- name: copy_turn_load
+COPY turn_load (session_id, seq, user_id, pos, role, ts, language, body, keys, content_hash, window_hash)
+FROM STDIN;
+
+-- name: upsert_turns_from_load
 -- Rewritten only when what it holds or what its embedding reads changed; a new window drops
 -- the embedding (memory_embeddings makes it again). The partition is the turn's own day.
 INSERT INTO memory_turns AS t (session_id, seq, user_id, pos, role, ts, language, body, keys, tsv, body_length,
                                content_hash, window_hash, partition_key, run_id)
-VALUES (%(session_id)s, %(seq)s, %(user_id)s, %(pos)s, %(role)s, %(ts)s, %(language)s, %(body)s, %(keys)s::text[],
-        memory_turn_tsv(%(language)s, %(body)s, %(keys)s::text[], %(user_id)s),
-        memory_turn_length(%(language)s, %(body)s),
-        %(content_hash)s, %(window_hash)s, to_char(%(ts)s AT TIME ZONE 'UTC', 'YYYY-MM-DD'), %(run_id)s)
+SELECT session_id, seq, user_id, pos, role, ts, language, body, keys,
+       memory_turn_tsv(language, body, keys, user_id), memory_turn_length(language, body),
+       content_hash, window_hash, to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD'), %(run_id)s
+FROM turn_load
 ON CONFLICT (session_id, seq) DO UPDATE
 SET user_id = EXCLUDED.user_id, pos = EXCLUDED.pos, role = EXCLUDED.role, ts = EXCLUDED.ts,
     language = EXCLUDED.language, body = EXCLUDED.body, keys = EXCLUDED.keys, tsv = EXCLUDED.tsv,
@@ -41,6 +53,9 @@ SET user_id = EXCLUDED.user_id, pos = EXCLUDED.pos, role = EXCLUDED.role, ts = E
     embedding_model = CASE WHEN t.window_hash = EXCLUDED.window_hash THEN t.embedding_model END,
     partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id
 WHERE t.content_hash <> EXCLUDED.content_hash OR t.window_hash <> EXCLUDED.window_hash;
+
+-- name: drop_turn_load
+DROP TABLE turn_load;
 
 -- name: delete_turns_except
 -- The sessions' turns that are no longer among the (session, seq) pairs kept.
