@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -64,10 +65,13 @@ class ModelError(RuntimeError):
         self.call = call
 
 
+_WIDE = re.compile("[\u2e81-\U0010ffff]")  # CJK and beyond: about a token a character
+
+
 def estimate_tokens(text: str) -> int:
     """About 4 characters a token for Latin text, one a character for CJK (no tokenizer
     is downloaded at run time)."""
-    wide = sum(1 for ch in text if ord(ch) > 0x2E80)
+    wide = 0 if text.isascii() else len(_WIDE.findall(text))
     return max(1, (len(text) - wide) // 4 + wide)
 
 

@@ -32,6 +32,7 @@ _FILLER = {"ok", "okay", "great", "perfect", "awesome", "nice", "cool", "so", "t
            "your", "help", "the", "oh", "well", "alright", "bye", "see", "you"}
 
 DROP_THRESHOLD = 0.7
+MAX_FILLER_WORDS = 6  # beside a greeting or thanks
 
 
 def _phrase_match(text: str, phrases: set[str]) -> bool:
@@ -42,12 +43,14 @@ def _phrase_match(text: str, phrases: set[str]) -> bool:
         return True
     # "thanks, that's all for today" / "hi navi!": a known phrase plus filler words only
     tokens = norm.split()
+    if len(tokens) > MAX_FILLER_WORDS + max(phrase.count(" ") + 1 for phrase in phrases):
+        return False  # more words than any phrase and its filler: most messages end here
     for phrase in phrases:
         parts = phrase.split()
         for i in range(len(tokens) - len(parts) + 1):
             if tokens[i : i + len(parts)] == parts:
                 rest = tokens[:i] + tokens[i + len(parts):]
-                if all(t in _FILLER or t in phrases for t in rest) and len(rest) <= 6:
+                if all(t in _FILLER or t in phrases for t in rest) and len(rest) <= MAX_FILLER_WORDS:
                     return True
     return False
 
