@@ -128,9 +128,10 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
                 repository.lock_sessions(conn, ids)
                 # a concurrent run may have stored the same judgement while this one asked
                 current = repository.current_judgements(conn, ids, key)
-                for session_id, judgement in zip(ids, judgements):
-                    if current.get(session_id) != judgement.fingerprint:
-                        part.merge(store_judgement(conn, key, judgement, judge, ctx))
+                with conn.pipeline():  # the writes wait on no answer: one round trip for the batch
+                    for session_id, judgement in zip(ids, judgements):
+                        if current.get(session_id) != judgement.fingerprint:
+                            part.merge(store_judgement(conn, key, judgement, judge, ctx))
             return part
 
         run_parallel(pack_sessions(pending, judge.config.batch_tokens), judge_batch, report, settings.concurrency)
