@@ -5,6 +5,7 @@ user, where an exact scan of that user's rows is exact and faster than HNSW (mig
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,29 +60,41 @@ def _store(conn: psycopg.Connection, table: str, ids: list[int], vectors: np.nda
     conn.execute(sql.SQL(query("apply_embedding_load")).format(table=sql.Identifier(table)), {"model": model_id})
 
 
+def _store_page(pool: ConnectionPool, table: str, ids: list[int], vectors: np.ndarray, model_id: str) -> None:
+    with pool.connection() as conn, conn.transaction():
+        _store(conn, table, ids, vectors, model_id)
+
+
 def run(pool: ConnectionPool, window: Window, settings: Settings,
         backends: Backends) -> StageReport[EmbeddingCounts]:
     """Embed what is missing or stale, page by page (each page its own transaction, so an
     interrupted run keeps what it finished); safe to run again. Not bound to the window's
-    days: what any run left unembedded is embedded now."""
+    days: what any run left unembedded is embedded now. A page is written while the next is
+    read and embedded (the writer waits on the server, the embedder works in Python)."""
     embedder = backends.embedder
     counts = EmbeddingCounts(model=embedder.model_id)
     embedded_ids: dict[str, list[int]] = {table: [] for table in EMBEDDED_TABLES}
-    for table, listing in EMBEDDED_TABLES.items():
-        after = 0
-        while True:
-            with pool.connection() as conn:
-                rows = conn.execute(query(listing), {"model": embedder.model_id, "after": after,
-                                                     "limit": settings.page_rows}).fetchall()
-            if not rows:
-                break
-            vectors = embedder.embed([text for _, text, _ in rows])
-            with pool.connection() as conn, conn.transaction():
-                _store(conn, table, [row_id for row_id, _, _ in rows], vectors, embedder.model_id)
-            embedded_ids[table].extend(row_id for row_id, _, _ in rows)
-            counts.embedded[table] += len(rows)
-            counts.re_embedded[table] += sum(1 for _, _, stale in rows if stale)
-            after = rows[-1][0]
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        writing: Future | None = None
+        for table, listing in EMBEDDED_TABLES.items():
+            after = 0
+            while True:
+                with pool.connection() as conn:
+                    rows = conn.execute(query(listing), {"model": embedder.model_id, "after": after,
+                                                         "limit": settings.page_rows}).fetchall()
+                if not rows:
+                    break
+                vectors = embedder.embed([text for _, text, _ in rows])
+                if writing is not None:
+                    writing.result()  # one page in flight: a failed write stops the run here
+                ids = [row_id for row_id, _, _ in rows]
+                writing = writer.submit(_store_page, pool, table, ids, vectors, embedder.model_id)
+                embedded_ids[table].extend(ids)
+                counts.embedded[table] += len(rows)
+                counts.re_embedded[table] += sum(1 for _, _, stale in rows if stale)
+                after = rows[-1][0]
+        if writing is not None:
+            writing.result()
     report = StageReport(counts)
     # the id lists bind by table name: the rows this run embedded are checked whatever their partition
     scope: dict[str, Any] = {"model": embedder.model_id, "dimension": embedder.dimension, **embedded_ids}
