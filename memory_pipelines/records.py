@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, fields
-from functools import cache
 from datetime import datetime
 from enum import StrEnum
+from functools import cache
 from typing import Any
 
 ROLES = ("user", "assistant", "tool", "system")

@@ -139,7 +139,7 @@ class Embedder(ABC):
         return np.concatenate(batches) if batches else np.zeros((0, self._dimension or 0))
 
     @abstractmethod
-    def _embed_batch(self, texts: list[str]) -> list[list[float]]: ...
+    def _embed_batch(self, texts: list[str]) -> list[list[float]] | np.ndarray: ...
 
     def close(self) -> None:
         """Release connections (HTTP embedders)."""
