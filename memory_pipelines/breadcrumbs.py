@@ -14,25 +14,26 @@ from collections.abc import Iterable
 MAX_BREADCRUMBS = 40
 
 _UNITS = r"(?:%|ms|µs|us|ns|s|sec|min|h|KB|MB|GB|TB|KiB|MiB|GiB|TiB|kB|Mbps|Gbps|rps|req/s|qps|x|°C|€|EUR|USD)"
-# (kind, pattern, group to keep); earlier kinds rank first.
-_PATTERNS: tuple[tuple[str, re.Pattern[str], int], ...] = (
-    ("url", re.compile(r"\bhttps?://[^\s<>\"'`)\]]+[^\s<>\"'`)\].,;:!?]"), 0),
-    ("code", re.compile(r"`([^`\n]{2,80})`"), 1),
+# (kind, pattern, group to keep, texts without any of these strings cannot match: skipped);
+# earlier kinds rank first.
+_PATTERNS: tuple[tuple[str, re.Pattern[str], int, tuple[str, ...]], ...] = (
+    ("url", re.compile(r"\bhttps?://[^\s<>\"'`)\]]+[^\s<>\"'`)\].,;:!?]"), 0, ("://",)),
+    ("code", re.compile(r"`([^`\n]{2,80})`"), 1, ("`",)),
     # absolute or ./ paths, relative paths with an extension, or with two or more slashes
     # (so "and/or" is not a path)
     ("path", re.compile(
         r"(?<![\w/.:-])(?:(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*|[\w.-]+(?:/[\w.-]+)+\.\w{1,8}|[\w.-]+(?:/[\w.-]+){2,})"
-        r"(?<![.,;:])(?![\w/])"), 0),
-    ("file", re.compile(r"(?<![\w/.-])[\w-]+\.(?:py|toml|ya?ml|json|jsonl|md|sql|sh|ts|tsx|js|go|rs|conf|ini|cfg|env|txt|log|csv|parquet|lock|tf)\b"), 0),
-    ("ticket", re.compile(r"(?<![\w&])#\d{2,7}\b"), 0),
-    ("port", re.compile(r"\bport\s+(\d{2,5})\b", re.IGNORECASE), 0),
-    ("amount", re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)?\s?" + _UNITS + r"(?![\w])"), 0),
-    ("constant", re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"), 0),
-    ("snake", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"), 0),
-    ("camel", re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b"), 0),
-    ("kebab", re.compile(r"\b[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b"), 0),
+        r"(?<![.,;:])(?![\w/])"), 0, ("/",)),
+    ("file", re.compile(r"(?<![\w/.-])[\w-]+\.(?:py|toml|ya?ml|json|jsonl|md|sql|sh|ts|tsx|js|go|rs|conf|ini|cfg|env|txt|log|csv|parquet|lock|tf)\b"), 0, (".",)),
+    ("ticket", re.compile(r"(?<![\w&])#\d{2,7}\b"), 0, ("#",)),
+    ("port", re.compile(r"\bport\s+(\d{2,5})\b", re.IGNORECASE), 0, ()),
+    ("amount", re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)?\s?" + _UNITS + r"(?![\w])"), 0, ()),
+    ("constant", re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"), 0, ("_",)),
+    ("snake", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"), 0, ("_",)),
+    ("camel", re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b"), 0, ()),
+    ("kebab", re.compile(r"\b[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b"), 0, ("-",)),
     # a short phrase between quotes that starts and ends with a letter or digit
-    ("quoted", re.compile(r"[\"“«](\w[^\"”»\n=,;(){}]{1,58}\w)[\"”»]"), 1),
+    ("quoted", re.compile(r"[\"“«](\w[^\"”»\n=,;(){}]{1,58}\w)[\"”»]"), 1, ('"', "“", "«")),
 )
 
 
@@ -40,7 +41,9 @@ def extract_breadcrumbs(texts: Iterable[str], limit: int = MAX_BREADCRUMBS) -> l
     found: dict[str, tuple[int, int, int]] = {}  # crumb -> (kind rank, -count, first position)
     position = 0
     for text in texts:
-        for rank, (_kind, pattern, group) in enumerate(_PATTERNS):
+        for rank, (_kind, pattern, group, needs) in enumerate(_PATTERNS):
+            if needs and not any(n in text for n in needs):
+                continue
             for match in pattern.finditer(text):
                 crumb = " ".join(match.group(group).split()).strip()
                 if len(crumb) < 2 or len(crumb) > 200:
