@@ -203,11 +203,12 @@ def lock_sessions(conn: psycopg.Connection, session_ids: Sequence[str]) -> None:
 
 # --- segments ----------------------------------------------------------------------------
 
-def current_judgements(conn: psycopg.Connection, session_ids: Sequence[str], partition_key: str) -> dict[str, str]:
-    """session -> the fingerprint of its stored judgement of the day, where that judgement
-    succeeded whole: a session whose fingerprint matches needs no new judging."""
-    return dict(conn.execute(query("segment_fingerprints"), {"session_ids": list(session_ids),
-                                                             "partition_key": partition_key}).fetchall())
+def current_judgements(conn: psycopg.Connection, days: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """(session, partition key) -> the fingerprint of its stored judgement, where that
+    judgement succeeded whole: a session-day whose fingerprint matches needs no new judging."""
+    rows = conn.execute(query("segment_fingerprints"), {"session_ids": [s for s, _ in days],
+                                                        "partition_keys": [k for _, k in days]})
+    return {(session_id, key): fingerprint for session_id, key, fingerprint in rows}
 
 
 def replace_segments(conn: psycopg.Connection, judgement: SessionJudgement, partition_key: str, run_id: str,

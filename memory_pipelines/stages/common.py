@@ -9,11 +9,12 @@ No Dagster here: the assets are thin wrappers that turn a report into a material
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
+from time import monotonic
 from typing import Any, Generic, TypeVar
 
 import psycopg
@@ -229,6 +230,28 @@ def map_parallel(items: Sequence[T], work: Callable[[T], R], concurrency: int) -
         return [work(item) for item in items]
     with ThreadPoolExecutor(max_workers=concurrency) as executor:
         return list(executor.map(work, items))
+
+
+COMMIT_SECONDS = 0.5  # the most work a stopped run loses
+
+
+def commit_in_slices(conn: psycopg.Connection, items: Iterable[T], store: Callable[[T], None],
+                     seconds: float = COMMIT_SECONDS) -> None:
+    """`store` each item, committing whenever `seconds` have passed since the last commit
+    (making the items counts: they may be model answers). An item that takes longer, as a
+    real model's call does, commits on its own, so a stopped run keeps what it built; cheap
+    items share a commit and their writes one pipeline."""
+    pending = iter(items)
+    done = False
+    while not done:
+        with conn.transaction(), conn.pipeline():
+            deadline = monotonic() + seconds
+            done = True
+            for item in pending:
+                store(item)
+                if monotonic() >= deadline:
+                    done = False
+                    break
 
 
 def run_parallel(items: Sequence[T], work: Callable[[T], StageReport[C]], into: StageReport[C],

@@ -75,23 +75,22 @@ def store_judgement(conn: psycopg.Connection, partition_key: str, judgement: Ses
     return report
 
 
-def ensure_judged(conn: psycopg.Connection, session_id: str, partition_key: str, messages: Sequence[Message],
-                  judge: ModelBackend, ctx: CallContext) -> StageReport[SegmentCounts]:
-    """Judge one session-day's segments unless the stored judgement already follows from
-    the same inputs (the summaries stage asks this of every day it folds). Runs inside the
-    caller's transaction."""
+def ensure_judged(conn: psycopg.Connection, days: Sequence[tuple[str, str, Sequence[Message]]], judge: ModelBackend,
+                  ctx: CallContext) -> StageReport[SegmentCounts]:
+    """Judge each (session, partition key, its messages)'s segments unless the stored
+    judgement already follows from the same inputs (the summaries stage asks this of every
+    day it folds). Runs inside the caller's transaction."""
     report = _report()
-    segments = cut_segments(messages)
-    if not segments:
-        return report
-    current = repository.current_judgements(conn, [session_id], partition_key).get(session_id)
-    if current == judgement_fingerprint(segments, judge):
-        report.counts.segments_unchanged += len(segments)
-        return report
-    judgement = judge_session(segments, judge)
-    report.merge(store_judgement(conn, partition_key, judgement, judge, ctx))
-    ctx.record(conn, [judgement.call], partition_key, session_id)
-    report.calls.append(judgement.call)
+    cut = [(session_id, key, segments) for session_id, key, messages in days if (segments := cut_segments(messages))]
+    current = repository.current_judgements(conn, [(session_id, key) for session_id, key, _ in cut])
+    for session_id, key, segments in cut:
+        if current.get((session_id, key)) == judgement_fingerprint(segments, judge):
+            report.counts.segments_unchanged += len(segments)
+            continue
+        judgement = judge_session(segments, judge)
+        report.merge(store_judgement(conn, key, judgement, judge, ctx))
+        ctx.record(conn, [judgement.call], key, session_id)
+        report.calls.append(judgement.call)
     return report
 
 
@@ -106,12 +105,12 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
         pending: list[list[Segment]] = []
         with pool.connection() as conn:
             by_session = repository.messages_in_window(conn, day)
-            current = repository.current_judgements(conn, list(by_session), key)
+            current = repository.current_judgements(conn, [(session_id, key) for session_id in by_session])
             for session_id, messages in sorted(by_session.items()):
                 segments = cut_segments(messages)
                 if not segments:
                     continue
-                if current.get(session_id) == judgement_fingerprint(segments, judge):
+                if current.get((session_id, key)) == judgement_fingerprint(segments, judge):
                     report.counts.segments_unchanged += len(segments)
                 else:
                     pending.append(segments)
@@ -127,10 +126,10 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
                 ids = [j.judged[0].segment.session_id for j in judgements]
                 repository.lock_sessions(conn, ids)
                 # a concurrent run may have stored the same judgement while this one asked
-                current = repository.current_judgements(conn, ids, key)
+                current = repository.current_judgements(conn, [(session_id, key) for session_id in ids])
                 with conn.pipeline():  # the writes wait on no answer: one round trip for the batch
                     for session_id, judgement in zip(ids, judgements):
-                        if current.get(session_id) != judgement.fingerprint:
+                        if current.get((session_id, key)) != judgement.fingerprint:
                             part.merge(store_judgement(conn, key, judgement, judge, ctx))
             return part
 

@@ -5,7 +5,7 @@ did not change."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 
@@ -15,7 +15,8 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines.db import repository
 from memory_pipelines.records import Message, TimeWindow
 from memory_pipelines.stages.common import (
-    BATCH_SESSIONS, Backends, CallContext, Counts, StageFailure, StageReport, Window, day_window, run_parallel,
+    BATCH_SESSIONS, Backends, CallContext, Counts, StageFailure, StageReport, Window, commit_in_slices, day_window,
+    run_parallel,
 )
 from memory_pipelines.stages.segments import ensure_judged
 from memory_pipelines.summaries import (
@@ -75,8 +76,8 @@ def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: 
                 backends: Backends, ctx: CallContext) -> StageReport[SummaryCounts]:
     """Fold a batch of sessions under their locks: read their start states, stored versions
     and messages in one query each, judge the days the folds need in one transaction, then
-    fold each session, every version in its own transaction (a stopped run keeps what it
-    built and the next resumes from it)."""
+    fold each session, committing what the folds yield at least every `COMMIT_SECONDS` (a
+    stopped run keeps what it built, all but the last moment of it, and the next resumes from it)."""
     summarizer, decider = backends.writer, backends.judge
     report = StageReport(SummaryCounts(), calls_models=True)
     ids = [session_id for session_id, _ in batch]
@@ -94,52 +95,55 @@ def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: 
         with conn.transaction():
             spans = {s: TimeWindow(day_window(k[0]).start, day_window(k[-1]).end) for s, k in keys.items() if k}
             judged_messages = repository.sessions_messages_in_windows(conn, spans)
-            for session_id, session_keys in keys.items():
-                by_day: dict[str, list[Message]] = defaultdict(list)
-                for m in judged_messages.get(session_id, []):
-                    by_day[m.ts.astimezone(UTC).date().isoformat()].append(m)
-                for key in session_keys:
-                    # the judging's counts belong to conversation_segments; its calls and failures to this run
-                    judged = ensure_judged(conn, session_id, key, by_day.get(key, []), decider, ctx)
-                    report.calls.extend(judged.calls)
-                    report.failures.extend(judged.failures)
+            by_day: dict[tuple[str, str], list[Message]] = defaultdict(list)
+            for session_id, session_messages in judged_messages.items():
+                for m in session_messages:
+                    by_day[session_id, m.ts.astimezone(UTC).date().isoformat()].append(m)
+            # the judging's counts belong to conversation_segments; its calls and failures to this run
+            judged = ensure_judged(conn, [(s, k, by_day.get((s, k), [])) for s, session_keys in keys.items()
+                                          for k in session_keys], decider, ctx)
+            report.calls.extend(judged.calls)
+            report.failures.extend(judged.failures)
             dropped = repository.sessions_dropped_seqs_by_day(conn, list(spans), sorted(set().union(*keys.values())))
-        for session_id, user_id in batch:
-            days = [Day(key, day_window(key).end, dropped.get((session_id, key), frozenset()))
-                    for key in keys[session_id]]
-            plan = FoldPlan(session_id, user_id, starts[session_id], days,
-                            inherited.get(session_id, []) + messages.get(session_id, []), stored.get(session_id, []))
-            _store_fold(conn, fold_session(plan, summarizer, decider, settings.language, settings.chunk_chars),
-                        session_id, ctx, report)
-            report.counts.sessions += 1
+
+        def folds() -> Iterator[tuple[str, object]]:
+            for session_id, user_id in batch:
+                days = [Day(key, day_window(key).end, dropped.get((session_id, key), frozenset()))
+                        for key in keys[session_id]]
+                plan = FoldPlan(session_id, user_id, starts[session_id], days,
+                                inherited.get(session_id, []) + messages.get(session_id, []),
+                                stored.get(session_id, []))
+                for event in fold_session(plan, summarizer, decider, settings.language, settings.chunk_chars):
+                    yield session_id, event
+                report.counts.sessions += 1
+
+        commit_in_slices(conn, folds(), lambda made: _store_event(conn, *made, ctx, report))
     return report
 
 
-def _store_fold(conn: psycopg.Connection, events: Iterable, session_id: str, ctx: CallContext,
-                report: StageReport[SummaryCounts]) -> None:
-    """What one session's fold yields, each event in its own transaction."""
+def _store_event(conn: psycopg.Connection, session_id: str, event: object, ctx: CallContext,
+                 report: StageReport[SummaryCounts]) -> None:
+    """Write what a session's fold yielded (inside the caller's transaction)."""
     counts = report.counts
-    for event in events:
-        with conn.transaction():
-            if isinstance(event, VersionBuilt):
-                v = event.version
-                repository.insert_summary_version(conn, v, ctx.run_id)
-                ctx.record(conn, event.calls, v.partition_key, session_id)
-                report.calls.extend(event.calls)
-                counts.versions_built += 1
-                counts.versions_by_kind[v.kind] += 1
-                report.preview.append({"session": session_id, "version": v.version, "day": v.partition_key,
-                                       "step": f"{v.step}/{v.step_count}", "cursor_seq": v.cursor_seq,
-                                       "current": v.summary.current_discussion})
-            elif isinstance(event, VersionsReused):
-                counts.versions_reused += event.count
-            elif isinstance(event, DiscardFrom):
-                repository.discard_summary_versions(conn, session_id, event.partition_key, event.step)
-                counts.rebuilt_from_changed_day += 1
-            elif isinstance(event, FoldStopped):
-                ctx.record(conn, event.calls, event.partition_key, session_id)
-                report.calls.extend(event.calls)
-                report.failures.append(StageFailure(
-                    session_id, event.partition_key, f"chunk {event.step}: {event.reason}",
-                    any(c.budget_reached for c in event.calls)))
-                counts.sessions_incomplete += 1
+    if isinstance(event, VersionBuilt):
+        v = event.version
+        repository.insert_summary_version(conn, v, ctx.run_id)
+        ctx.record(conn, event.calls, v.partition_key, session_id)
+        report.calls.extend(event.calls)
+        counts.versions_built += 1
+        counts.versions_by_kind[v.kind] += 1
+        report.preview.append({"session": session_id, "version": v.version, "day": v.partition_key,
+                               "step": f"{v.step}/{v.step_count}", "cursor_seq": v.cursor_seq,
+                               "current": v.summary.current_discussion})
+    elif isinstance(event, VersionsReused):
+        counts.versions_reused += event.count
+    elif isinstance(event, DiscardFrom):
+        repository.discard_summary_versions(conn, session_id, event.partition_key, event.step)
+        counts.rebuilt_from_changed_day += 1
+    elif isinstance(event, FoldStopped):
+        ctx.record(conn, event.calls, event.partition_key, session_id)
+        report.calls.extend(event.calls)
+        report.failures.append(StageFailure(
+            session_id, event.partition_key, f"chunk {event.step}: {event.reason}",
+            any(c.budget_reached for c in event.calls)))
+        counts.sessions_incomplete += 1

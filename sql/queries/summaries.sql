@@ -44,13 +44,14 @@ WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'
 ORDER BY session_id;
 
 -- name: segment_fingerprints
--- The fingerprint of each session-day's judgement, when every segment of it was judged and
--- all carry the same one (sessions never judged that day left out).
-SELECT session_id, min(fingerprint)
-FROM conversation_segments
-WHERE session_id = ANY(%(session_ids)s) AND partition_key = %(partition_key)s
-GROUP BY session_id
-HAVING bool_and(judge_status = 'ok') AND count(DISTINCT fingerprint) = 1;
+-- The fingerprint of each (session, day)'s judgement, when every segment of it was judged and
+-- all carry the same one (session-days never judged left out).
+SELECT c.session_id, c.partition_key, min(c.fingerprint)
+FROM conversation_segments c
+JOIN unnest(%(session_ids)s::text[], %(partition_keys)s::text[]) AS d (session_id, partition_key)
+  ON c.session_id = d.session_id AND c.partition_key = d.partition_key
+GROUP BY c.session_id, c.partition_key
+HAVING bool_and(c.judge_status = 'ok') AND count(DISTINCT c.fingerprint) = 1;
 
 -- name: delete_session_day_segments
 DELETE FROM conversation_segments WHERE session_id = %(session_id)s AND partition_key = %(partition_key)s;
