@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import jsonschema
-
+from memory_pipelines.json_schemas import JsonSchema
 from memory_pipelines.llm.backends import TOOL_OUTPUT_CHARS, render_message
 from memory_pipelines.records import Message
 
@@ -35,7 +34,7 @@ ITEM_SCHEMA = {
         "seq": {"type": ["integer", "null"]},
     },
 }
-_VALIDATOR = jsonschema.Draft202012Validator(ITEM_SCHEMA)
+_VALIDATOR = JsonSchema(ITEM_SCHEMA)
 _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # Spellings of one key: "preferred_language", "language", "my-language", "favoriteLanguage".
@@ -121,7 +120,7 @@ def validate_items(items: Any, messages: Sequence[Message]) -> tuple[list[FactCa
     accepted: list[FactCandidate] = []
     rejected: list[Rejection] = []
     for item in items:
-        errors = sorted(_VALIDATOR.iter_errors(item), key=lambda e: list(e.path))
+        errors = sorted(_VALIDATOR.errors(item), key=lambda e: list(e.path))
         if errors:
             error = errors[0]
             where = ".".join(str(p) for p in error.path) or "item"

@@ -11,10 +11,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import jsonschema
-
 from memory_pipelines.config import CONSENT_BASES
 from memory_pipelines.formats import call_arguments
+from memory_pipelines.json_schemas import JsonSchema
 from memory_pipelines.records import Message
 from memory_pipelines.pii import sanitize
 from memory_pipelines.rules.text import clip
@@ -52,8 +51,8 @@ RELATION_SCHEMA = {
         "seq": {"type": ["integer", "null"]},
     },
 }
-_ENTRY = jsonschema.Draft202012Validator(ENTRY_SCHEMA)
-_RELATION = jsonschema.Draft202012Validator(RELATION_SCHEMA)
+_ENTRY = JsonSchema(ENTRY_SCHEMA)
+_RELATION = JsonSchema(RELATION_SCHEMA)
 
 
 def entry_key(kind: str, title: str, scope: str, scope_id: str | None) -> str:
@@ -112,7 +111,7 @@ def prepare(raw: dict, messages: Sequence[Message], session_id: str, user_id: st
     entries, relations, problems = [], [], []
     raw = raw if isinstance(raw, dict) else {}
     for item in raw.get("entries") or []:
-        error = next(iter(_ENTRY.iter_errors(item)), None)
+        error = _ENTRY.first_error(item)
         if error is not None or (item.get("seq") is not None and item["seq"] not in by_seq):
             problems.append(f"entry dropped: {error.message if error else 'unknown seq'}"[:200])
             continue
@@ -140,7 +139,7 @@ def prepare(raw: dict, messages: Sequence[Message], session_id: str, user_id: st
             seq_start=seq if seq is not None else first, seq_end=seq if seq is not None else last,
         ))
     for item in raw.get("relations") or []:
-        error = next(iter(_RELATION.iter_errors(item)), None)
+        error = _RELATION.first_error(item)
         if error is not None or (item.get("seq") is not None and item["seq"] not in by_seq):
             problems.append(f"relation dropped: {error.message if error else 'unknown seq'}"[:200])
             continue

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import jsonschema
 import pandas as pd
+
+from memory_pipelines.json_schemas import JsonSchema
 
 _context_lock = threading.Lock()
 _context = None
@@ -93,21 +94,18 @@ def _schema_error_column(column: str) -> str:
 
 
 @lru_cache(maxsize=32)
-def _schema_validator(schema_json: str) -> jsonschema.Validator:
-    schema = json.loads(schema_json)
-    validator = jsonschema.validators.validator_for(schema)
-    validator.check_schema(schema)
-    return validator(schema)
+def _schema_validator(schema_json: str) -> JsonSchema:
+    return JsonSchema(json.loads(schema_json))
 
 
-def _schema_error(validator: jsonschema.Validator, text: str | None) -> str | None:
+def _schema_error(validator: JsonSchema, text: str | None) -> str | None:
     if text is None:
         return None  # nulls are not_null's to judge, as in every other expectation
     try:
         value = json.loads(text)
     except (TypeError, ValueError) as exc:
         return f"not JSON: {exc}"
-    error = next(iter(validator.iter_errors(value)), None)
+    error = validator.first_error(value)
     return None if error is None else error.message
 
 
