@@ -351,8 +351,8 @@ class MemoryService:
                                       confidence if confidence is not None else CONFIDENCE.get(source, DEFAULT_CONFIDENCE),
                                       source_context, now, 0, 0,
                                       now + timedelta(days=expires_days) if expires_days else None)
-            repository.upsert_facts(conn, user, [candidate],
-                                    {**caller.lineage(now), "session_id": session_id or f"api:key-{caller.key.id}"})
+            repository.upsert_facts(conn, [(user, candidate, {**caller.lineage(now),
+                                                              "session_id": session_id or f"api:key-{caller.key.id}"})])
             [stored] = [f for f in repository.facts_for_user(conn, user, include_merged=True)
                         if (f.category, f.key) == (category, key)]
             return {"saved": True, "fact": _jsonable(asdict(stored))}

@@ -404,25 +404,30 @@ def archived_fact_keys(conn: psycopg.Connection, user_ids: Sequence[str]) -> dic
     return {user_id: set(keys) for user_id, keys in _grouped((u, (c, k)) for u, c, k in rows).items()}
 
 
-def upsert_facts(conn: psycopg.Connection, user_id: str, candidates: Sequence[FactCandidate], lineage: dict,
-                 ever_archived: set[tuple[str, str]] | None = None) -> None:
-    """Upsert by (user_id, category, key) under the event-time rule, then re-merge the
-    families of keys the candidates touched. The user id is the session's, always.
-    `ever_archived` is `archived_fact_keys` of the user when the caller read it already."""
-    if not candidates:
+def upsert_facts(conn: psycopg.Connection, observed: Sequence[tuple[str, FactCandidate, dict]],
+                 ever_archived: Mapping[str, set[tuple[str, str]]] | None = None) -> None:
+    """Upsert each (user id, candidate, lineage), in order, by (user_id, category, key) under
+    the event-time rule, then re-merge the families of keys they touched (one statement for
+    all: a family's merge follows from its rows alone). The user id is the session's, always.
+    `ever_archived` is `archived_fact_keys` of the users when the caller read it already."""
+    if not observed:
         return
     if ever_archived is None:
-        ever_archived = archived_fact_keys(conn, [user_id]).get(user_id, set())
+        ever_archived = archived_fact_keys(conn, sorted({user_id for user_id, _, _ in observed}))
+    rows = [(user_id, c, {**shallow_fields(c), "user_id": user_id, **lineage}) for user_id, c, lineage in observed]
     # one question to the archive per user, then one per candidate only where decay took its key
-    for c in candidates:
-        if (c.category, c.key) in ever_archived:
-            _restore_reobserved(conn, "archived_facts_reobserved", {
-                "user_id": user_id, "category": c.category, "key": c.key, "observed_at": c.last_verified_at})
-    with conn.cursor() as cur:
-        cur.executemany(query("upsert_fact"), [
-            {**shallow_fields(c), "user_id": user_id, **lineage} for c in candidates])
-    conn.execute(query("merge_fact_families"),
-                 {"user_id": user_id, "canonical_keys": sorted({c.canonical_key for c in candidates})})
+    for archived, group in groupby(rows, key=lambda r: (r[1].category, r[1].key) in ever_archived.get(r[0], ())):
+        with conn.cursor() as cur:
+            if archived:
+                for user_id, c, row in group:
+                    _restore_reobserved(conn, "archived_facts_reobserved", {
+                        "user_id": user_id, "category": c.category, "key": c.key, "observed_at": c.last_verified_at})
+                    cur.execute(query("upsert_fact"), row)
+            else:
+                cur.executemany(query("upsert_fact"), [row for _, _, row in group])
+    families = sorted({(user_id, c.canonical_key) for user_id, c, _ in rows})
+    conn.execute(query("merge_fact_families"), {"user_ids": [u for u, _ in families],
+                                                "canonical_keys": [k for _, k in families]})
 
 
 def insert_fact_rejections(conn: psycopg.Connection, user_id: str, session_id: str, rejections: Sequence[Rejection],

@@ -65,16 +65,17 @@ def refresh_memory_summaries(pool: ConnectionPool, user_ids: Sequence[str], writ
                 except ModelError as exc:
                     return None, exc.call, exc
 
-            for (user_id, user_facts, digest), (content, call, error) in zip(
-                    due, map_parallel(due, summarize, concurrency)):
-                ctx.record(conn, [call], partition_key, None)
-                report.calls.append(call)
-                if error is not None:
-                    report.failures.append(StageFailure(None, None, str(error), call.budget_reached, user_id))
-                    continue
-                repository.upsert_memory_summary(conn, user_id, content, len(user_facts), digest, writer.model,
-                                                 writer.prompt_version(SUMMARIZE_FACTS), ctx.run_id)
-                report.counts.memory_summaries_written += 1
+            answers = map_parallel(due, summarize, concurrency)
+            with conn.pipeline():  # the writes wait on no answer: one round trip for the batch
+                ctx.record_all(conn, [(call, partition_key, None) for _, call, _ in answers])
+                for (user_id, user_facts, digest), (content, call, error) in zip(due, answers):
+                    report.calls.append(call)
+                    if error is not None:
+                        report.failures.append(StageFailure(None, None, str(error), call.budget_reached, user_id))
+                        continue
+                    repository.upsert_memory_summary(conn, user_id, content, len(user_facts), digest, writer.model,
+                                                     writer.prompt_version(SUMMARIZE_FACTS), ctx.run_id)
+                    report.counts.memory_summaries_written += 1
     return report
 
 
@@ -121,7 +122,7 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
         archived_keys = repository.archived_fact_keys(conn, writers)
         lineage = {"partition_key": key, "run_id": ctx.run_id, "model": extractor.model,
                    "prompt_version": extractor.prompt_version(EXTRACT_FACTS)}
-        extracted = []
+        extracted, observed = [], []
         # nothing below waits on an answer (but a re-observed archived key): sent in one round trip
         with conn.pipeline():
             ctx.record_all(conn, [(answer.call, key, answer.session.session_id) for answer in answers])
@@ -135,8 +136,7 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
                     counts.sessions_failed += 1
                     continue
                 accepted, rejected = validate_items(answer.items, answer.messages) if answer.messages else ([], [])
-                repository.upsert_facts(conn, session.user_id, accepted, {"session_id": session.session_id, **lineage},
-                                        archived_keys.get(session.user_id, set()))
+                observed.extend((session.user_id, c, {"session_id": session.session_id, **lineage}) for c in accepted)
                 repository.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
                 extracted.append((session, len(accepted), len(rejected)))
                 counts.sessions_extracted += 1
@@ -147,6 +147,7 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
                                       for c in accepted)
                 report.users.add(session.user_id)
                 report.sessions.add(session.session_id)
+            repository.upsert_facts(conn, observed, archived_keys)
             repository.mark_sessions_extracted(conn, extracted, end, key, ctx.run_id)
     return report
 

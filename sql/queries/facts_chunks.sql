@@ -71,11 +71,12 @@ WHERE EXCLUDED.last_verified_at > f.last_verified_at
 -- visible, the others point at it. A row being hidden loses its embedding (search never
 -- reads it, and whether it had one would depend on when the embedder last ran); undoing a
 -- merge leaves it missing, so the next embedding run fills it in.
+-- The families are given as (user, canonical key) pairs.
 WITH ranked AS (
     SELECT id, first_value(id) OVER (PARTITION BY user_id, category, canonical_key
                                      ORDER BY last_verified_at DESC, key) AS survivor
     FROM memory_facts
-    WHERE user_id = %(user_id)s AND canonical_key = ANY(%(canonical_keys)s)
+    WHERE (user_id, canonical_key) IN (SELECT * FROM unnest(%(user_ids)s::text[], %(canonical_keys)s::text[]))
 )
 UPDATE memory_facts f
 SET merged_into = NULLIF(r.survivor, f.id), updated_at = now(),
