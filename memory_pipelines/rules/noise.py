@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from memory_pipelines.records import NoiseVerdict, Segment
 from memory_pipelines.rules.text import normalize, words
@@ -35,22 +36,34 @@ DROP_THRESHOLD = 0.7
 MAX_FILLER_WORDS = 6  # beside a greeting or thanks
 
 
-def _phrase_match(text: str, phrases: set[str]) -> bool:
-    norm = normalize(text)
+@dataclass(frozen=True)
+class _Phrases:
+    all: frozenset[str]
+    longest: int  # words in the longest phrase
+
+    @classmethod
+    def of(cls, phrases: set[str]) -> _Phrases:
+        return cls(frozenset(phrases), max(phrase.count(" ") + 1 for phrase in phrases))
+
+
+_GREETING_PHRASES, _THANKS_PHRASES = _Phrases.of(GREETINGS), _Phrases.of(THANKS)
+
+
+def _phrase_match(norm: str, phrases: _Phrases) -> bool:
+    """`norm` (normalized text) is a phrase, or holds one with nothing else but filler."""
     if not norm:
         return False
-    if norm in phrases:
+    if norm in phrases.all:
         return True
     # "thanks, that's all for today" / "hi navi!": a known phrase plus filler words only
     tokens = norm.split()
-    if len(tokens) > MAX_FILLER_WORDS + max(phrase.count(" ") + 1 for phrase in phrases):
+    if len(tokens) > MAX_FILLER_WORDS + phrases.longest:
         return False  # more words than any phrase and its filler: most messages end here
-    for phrase in phrases:
-        parts = phrase.split()
-        for i in range(len(tokens) - len(parts) + 1):
-            if tokens[i : i + len(parts)] == parts:
-                rest = tokens[:i] + tokens[i + len(parts):]
-                if all(t in _FILLER or t in phrases for t in rest) and len(rest) <= MAX_FILLER_WORDS:
+    for i in range(len(tokens)):
+        for j in range(i + 1, min(len(tokens), i + phrases.longest) + 1):
+            if " ".join(tokens[i:j]) in phrases.all:
+                rest = tokens[:i] + tokens[j:]
+                if len(rest) <= MAX_FILLER_WORDS and all(t in _FILLER or t in phrases.all for t in rest):
                     return True
     return False
 
@@ -80,9 +93,9 @@ def judge_segments(segments: Sequence[Segment]) -> list[NoiseVerdict]:
         text = _user_text(segment)
         is_last = index == len(segments) - 1
         request = normalize(text)
-        if text and _phrase_match(text, GREETINGS) and not any(m.tool_name for m in segment.messages):
+        if _phrase_match(request, _GREETING_PHRASES) and not any(m.tool_name for m in segment.messages):
             verdict = NoiseVerdict(True, 0.9, "greeting")
-        elif text and _phrase_match(text, THANKS) and not any(m.tool_name for m in segment.messages):
+        elif _phrase_match(request, _THANKS_PHRASES) and not any(m.tool_name for m in segment.messages):
             verdict = NoiseVerdict(True, 0.9, "thanks")
         elif text and _CANCEL.search(text) and len(words(text)) <= 12:
             verdict = NoiseVerdict(True, 0.85, "cancelled")
