@@ -42,9 +42,9 @@ FROM STDIN;
 INSERT INTO memory_turns AS t (session_id, seq, user_id, pos, role, ts, language, body, keys, tsv, body_length,
                                content_hash, window_hash, partition_key, run_id)
 SELECT session_id, seq, user_id, pos, role, ts, language, body, keys,
-       memory_turn_tsv(language, body, keys, user_id), memory_turn_length(language, body),
+       memory_turn_tsv_of(lexemes, language, keys, user_id), memory_turn_length_of(lexemes),
        content_hash, window_hash, to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD'), %(run_id)s
-FROM turn_load
+FROM turn_load, LATERAL memory_turn_lexemes(language, body) AS lexemes  -- a function scan: computed once a row
 ON CONFLICT (session_id, seq) DO UPDATE
 SET user_id = EXCLUDED.user_id, pos = EXCLUDED.pos, role = EXCLUDED.role, ts = EXCLUDED.ts,
     language = EXCLUDED.language, body = EXCLUDED.body, keys = EXCLUDED.keys, tsv = EXCLUDED.tsv,
