@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 
 from memory_pipelines.chunks import Chunk
 from memory_pipelines.rules.text import clip, content_words
@@ -83,7 +84,7 @@ class TreeNode:
     model: str = MODEL  # what wrote the summary
     source_hash: str | None = None  # a model-written summary: what it was written from
 
-    @property
+    @cached_property
     def content_hash(self) -> str:
         """Of everything the row holds: an unchanged node is not written again."""
         parts = [self.tree_kind, self.tree_key, self.node_key, self.level, self.parent_key, self.position,

@@ -764,7 +764,8 @@ def store_tree(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str
                 {**{f: getattr(n, f) for f in ("user_id", "tree_kind", "tree_key", "node_key", "level", "parent_key",
                                                "position", "started_at", "ended_at", "summary", "model",
                                                "source_hash")},
-                 "spans": Jsonb([asdict(s) for s in n.spans]), "keys": list(n.keys), "content_hash": n.content_hash,
+                 "spans": Jsonb([shallow_fields(s) for s in n.spans]), "keys": list(n.keys),
+                 "content_hash": n.content_hash,
                  "run_id": run_id} for n in changed])
             written = cur.rowcount
     removed = conn.execute(query("delete_tree_nodes_except"), {
