@@ -75,11 +75,8 @@ def detect_language(texts: list[str]) -> str:
         return "ja"
     if han >= 2:
         return "zh"
-    counts = {lang: 0 for lang in STOPWORDS}
-    for word in words(joined):
-        for lang, stop in STOPWORDS.items():
-            if word in stop:
-                counts[lang] += 1
+    occurrences = Counter(words(joined))
+    counts = {lang: sum(occurrences[word] for word in stop if word in occurrences) for lang, stop in STOPWORDS.items()}
     best = max(counts, key=lambda lang: (counts[lang], lang == "en"))
     return best if counts[best] > 0 else "en"
 
