@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from assets.runner import ensure_dagster_home, partition_keys_between, run_range
+from assets.runner import PROGRESS_RUN_CONFIG, ensure_dagster_home, partition_keys_between, progress_logger, run_range
 from memory_pipelines.bench import BackfillBench, DistillBench
 from memory_pipelines.config import Settings
 from memory_pipelines.db import repository
@@ -84,12 +84,13 @@ def _idle_copy(assets_def: dg.AssetsDefinition) -> dg.AssetsDefinition:
 
 def bookkeeping_seconds(keys: Sequence[str]) -> float:
     """What Dagster alone costs to run the graph over the days `keys` as one run: the same
-    assets and checks doing nothing, on the same instance."""
+    assets and checks doing nothing, on the same instance, logging as a real run does."""
     from assets.definitions import all_assets, distill_job
 
-    job = dg.Definitions(assets=[_idle_copy(a) for a in all_assets], jobs=[distill_job]).resolve_job_def("distill")
+    job = dg.Definitions(assets=[_idle_copy(a) for a in all_assets], jobs=[distill_job],
+                         loggers={"progress": progress_logger(lambda line: None)}).resolve_job_def("distill")
     started = time.perf_counter()
-    job.execute_in_process(instance=dg.DagsterInstance.get(), tags={
+    job.execute_in_process(instance=dg.DagsterInstance.get(), run_config=PROGRESS_RUN_CONFIG, tags={
         "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
     return time.perf_counter() - started
 

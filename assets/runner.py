@@ -109,7 +109,11 @@ class _ProgressHandler(logging.Handler):
             self.echo(f"    {step}: FAILED")
 
 
-def _progress_logger(echo: Callable[[str], None]) -> dg.LoggerDefinition:
+# a run logs through the progress logger alone (Dagster's console logger prints every event)
+PROGRESS_RUN_CONFIG = {"loggers": {"progress": {}}}
+
+
+def progress_logger(echo: Callable[[str], None]) -> dg.LoggerDefinition:
     @dg.logger(description="one line per asset for the CLI")
     def progress(_init_context):
         log = logging.getLogger("memory_pipelines.progress")
@@ -188,7 +192,7 @@ def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.Dagst
     while True:
         try:
             result = job.execute_in_process(
-                instance=instance, raise_on_error=False, run_config={"loggers": {"progress": {}}}, **target
+                instance=instance, raise_on_error=False, run_config=PROGRESS_RUN_CONFIG, **target
             )
             if result.success or not lost_storage(result) or attempt >= TRANSIENT_RETRIES.max_retries:
                 return result
@@ -220,7 +224,7 @@ def run_range(keys: Sequence[str], echo: Callable[[str], None] = print) -> Range
 
     defs = dg.Definitions(
         assets=all_assets, jobs=[distill_job], resources=resources_from_env(),
-        loggers={"progress": _progress_logger(echo)},
+        loggers={"progress": progress_logger(echo)},
     )
     job = defs.resolve_job_def("distill")
     instance = dg.DagsterInstance.get()
