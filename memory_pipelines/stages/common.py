@@ -238,9 +238,9 @@ COMMIT_SECONDS = 0.5  # the most work a stopped run loses
 def commit_in_slices(conn: psycopg.Connection, items: Iterable[T], store: Callable[[T], None],
                      seconds: float = COMMIT_SECONDS) -> None:
     """`store` each item, committing whenever `seconds` have passed since the last commit
-    (making the items counts: they may be model answers). An item that takes longer, as a
-    real model's call does, commits on its own, so a stopped run keeps what it built; cheap
-    items share a commit and their writes one pipeline."""
+    (the time taken to produce an item counts: it may be a model call). An item that takes
+    longer, as a real model's call does, commits on its own, so a stopped run keeps what it
+    built; cheap items share a commit, and their writes one pipeline."""
     pending = iter(items)
     done = False
     while not done:
