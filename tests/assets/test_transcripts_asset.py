@@ -12,7 +12,10 @@ import pytest
 
 from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_BAD_INPUT, SAMPLE_TRANSCRIPTS
-from tests.helpers import materialization_metadata, materialize_partitions, table_fingerprints
+from tests.helpers import (
+    content_fingerprints, materialization_metadata, materialize_partitions, materialize_range, pipeline_resources,
+    table_fingerprints,
+)
 
 SAMPLE_DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
 ARCHIVE = ["messages", "sessions", "quarantine"]
@@ -113,3 +116,34 @@ def test_previews_in_metadata_are_pii_redacted(database_url, tmp_path):
     assert "[REDACTED:email]" in preview and "[REDACTED:card]" in preview
     # the archive itself keeps the text verbatim: redaction is for what leaves the database
     assert _count(database_url, "SELECT count(*) FROM messages WHERE content LIKE %s", ("%paula.k@example.org%",)) == 2
+
+
+def test_a_range_stopped_on_a_later_day_keeps_the_days_it_committed(make_database, tmp_path):
+    url, clean = make_database(), make_database()
+    first, last = SAMPLE_DAYS[0], SAMPLE_DAYS[2]
+    # the database refuses the range's second day (a failure outside the stage's own code)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"""CREATE FUNCTION refuse_second_day() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.ts >= '{SAMPLE_DAYS[1]}T00:00:00Z' THEN RAISE EXCEPTION 'refused for the test'; END IF;
+                RETURN NEW;
+            END $$""")
+        conn.execute("CREATE TRIGGER refuse_second_day BEFORE INSERT ON messages FOR EACH ROW "
+                     "EXECUTE FUNCTION refuse_second_day()")
+    resources = pipeline_resources(url, SAMPLE_TRANSCRIPTS)
+    stopped = materialize_range([transcripts], first, last, resources, raise_on_error=False)
+    assert not stopped.success
+
+    # the first day stayed, whole, and nothing of the later days got in
+    first_day = f"ts < '{SAMPLE_DAYS[1]}T00:00:00Z'"
+    stored = _count(url, "SELECT count(*) FROM messages")
+    assert stored > 0 and stored == _count(url, f"SELECT count(*) FROM messages WHERE {first_day}")
+    materialize_partitions([transcripts], [first], clean, SAMPLE_TRANSCRIPTS)
+    assert stored == _count(clean, f"SELECT count(*) FROM messages WHERE {first_day}")
+
+    # run again without the fault: the same archive as a run that never stopped
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER refuse_second_day ON messages")
+    assert materialize_range([transcripts], first, last, resources).success
+    assert materialize_range([transcripts], first, last, pipeline_resources(clean, SAMPLE_TRANSCRIPTS)).success
+    assert content_fingerprints(url, ARCHIVE) == content_fingerprints(clean, ARCHIVE)
