@@ -335,3 +335,60 @@ def test_small_files_are_validated_in_batches_and_read_back_alike(tmp_path, monk
     assert sorted(read) == sorted((f"s{n}", q, m.ts) for n in range(30) for q in (1, 2)
                                   for m in scan_transcripts(tmp_path / f"u{n:02}.jsonl", ALL_TIME).messages if m.seq == q)
     assert len(read) == 60 and not any(s.quarantined for s in scans)
+
+
+def test_kept_batches_leave_least_recently_read_first_once_over_the_budget(tmp_path):
+    """The validated files a run keeps: over the budget, the batch read longest ago goes
+    first (its connection closed) and the newest always stays."""
+    from memory_pipelines.sources import files
+    from memory_pipelines.transcripts import to_us
+
+    source = _source(tmp_path)
+    for day in ("03", "04", "05"):
+        _write_jsonl(tmp_path / f"d{day}.jsonl", [_msg(1, f"2026-10-{day}T09:00:00Z", session_id=f"s{day}")])
+    objects = {obj.name: obj for obj in source.store.list_objects().objects}
+    kept = files._ValidatedFiles()
+    params = {"start_us": to_us(ALL_TIME.start), "end_us": to_us(ALL_TIME.end), "undated": False}
+
+    def keep(name):
+        con = source._validate([(objects[name], source._read(objects[name])[1])])
+        kept.keep(con, [source._key(objects[name], ())], 40, budget=100)
+        return con
+
+    def read(name) -> list[str]:
+        return [row[0] for row in kept.rows([(source._key(objects[name], ()), name)], params).get(name, [])]
+
+    first, second = keep("d03.jsonl"), keep("d04.jsonl")
+    assert read("d03.jsonl") == ["d03.jsonl"]  # the first batch is now the one read last
+    keep("d05.jsonl")  # 120 bytes kept > 100: one batch goes, the least recently read
+    assert read("d04.jsonl") == [] and read("d03.jsonl") == ["d03.jsonl"] and read("d05.jsonl") == ["d05.jsonl"]
+    with pytest.raises(duckdb.ConnectionException):
+        second.execute("SELECT 1")
+    first.execute("SELECT 1")
+    # a batch larger than the whole budget still stays, alone
+    big = source._validate([(objects["d04.jsonl"], source._read(objects["d04.jsonl"])[1])])
+    kept.keep(big, [source._key(objects["d04.jsonl"], ())], 500, budget=100)
+    assert read("d04.jsonl") == ["d04.jsonl"] and read("d03.jsonl") == [] and read("d05.jsonl") == []
+
+
+def test_indexing_keeps_validated_only_the_batches_holding_the_planned_days(tmp_path, monkeypatch):
+    """A plan's catalog validates every new file once; the batches with a day of the plan's
+    window stay validated for reading it, the others are let go (a later plan for their
+    days validates them again)."""
+    from memory_pipelines.sources import files
+
+    for day in ("03", "04", "05"):
+        _write_jsonl(tmp_path / f"d{day}.jsonl", [_msg(1, f"2026-10-{day}T09:00:00Z", session_id=f"s{day}")])
+    passes = []
+    real_validate = files.validate
+    monkeypatch.setattr(files, "validate", lambda table, **kw: passes.append(table.num_rows) or real_validate(table, **kw))
+    monkeypatch.setattr(files, "SCAN_BATCH_BYTES", 1)  # a batch per file
+    monkeypatch.setattr(files, "_validated", files._ValidatedFiles())
+    source = _source(tmp_path)
+    plan = source.plan(_day(4))
+    assert passes == [1, 1, 1]  # indexing: a pass per file
+    assert [m.session_id for w in plan.windows for s in plan.read(w) for m in s.messages] == ["s04"]
+    assert passes == [1, 1, 1]  # day 4's batch was kept
+    other = source.plan(_day(3))
+    assert [m.session_id for w in other.windows for s in other.read(w) for m in s.messages] == ["s03"]
+    assert passes == [1, 1, 1, 1]  # day 3's was not: validated again
