@@ -64,9 +64,17 @@ def window_text(previous: str | None, own: str, following: str | None) -> str:
 
 def keys_in(body: str, keys: Iterable[str]) -> tuple[str, ...]:
     """The keys (breadcrumbs, summary keys) a turn itself says, in their order, at most 20."""
+    return _keys_said(body, _folded_keys(keys))
+
+
+def _folded_keys(keys: Iterable[str]) -> list[tuple[str, str]]:
+    """Distinct keys long enough to look for, each with its case-folded form."""
+    return [(k, k.casefold()) for k in dict.fromkeys(keys) if len(k) >= 3]
+
+
+def _keys_said(body: str, folded_keys: Sequence[tuple[str, str]]) -> tuple[str, ...]:
     folded = body.casefold()
-    found = [k for k in dict.fromkeys(keys) if len(k) >= 3 and k.casefold() in folded]
-    return tuple(found[:MAX_KEYS])
+    return tuple([k for k, folded_key in folded_keys if folded_key in folded][:MAX_KEYS])
 
 
 def build_turns(messages: Sequence[Message], keys: Sequence[str]) -> list[TurnRow]:
@@ -77,12 +85,13 @@ def build_turns(messages: Sequence[Message], keys: Sequence[str]) -> list[TurnRo
         return []
     language = text_search_config(detect_language([m.content for m in units if m.role in ("user", "assistant")]))
     bodies = [render_body(m) for m in units]
+    folded_keys = _folded_keys(keys)  # once a session, not once a turn
     rows = []
     for pos, (m, body) in enumerate(zip(units, bodies, strict=True)):
         previous = bodies[pos - 1] if pos > 0 else None
         following = bodies[pos + 1] if pos + 1 < len(bodies) else None
-        rows.append(TurnRow(m.session_id, m.seq, m.user_id, pos, m.role, m.ts, language, body, keys_in(body, keys),
-                            _hash(window_text(previous, body, following))))
+        rows.append(TurnRow(m.session_id, m.seq, m.user_id, pos, m.role, m.ts, language, body,
+                            _keys_said(body, folded_keys), _hash(window_text(previous, body, following))))
     return rows
 
 
