@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
@@ -615,14 +616,34 @@ def forge_knowledge(conn: psycopg.Connection, entries: Sequence[tuple[EntryCandi
         if archived:
             written += sum(_forge_archived_key(conn, row) for row in group)
             continue
-        # keys decay never took: plain upserts, each statement's rows in one round trip. An
-        # entry's version counts its key's distinct contents, so all versions go first: an
-        # entry upserted twice ends with the count of both either way.
+        # keys decay never took: plain upserts. An entry's version counts its key's distinct
+        # contents, so all versions go first: an entry upserted twice ends with the count of
+        # both either way.
         group = list(group)
         with conn.cursor() as cur:
             cur.executemany(query("upsert_knowledge_version"), group)
-            cur.executemany(query("upsert_knowledge_entry"), group)
-            written += cur.rowcount
+        written += _upsert_entries(conn, group)
+    return written
+
+
+_ENTRY_LOAD_COLUMNS = ("entry_key", "user_id", "kind", "title", "content", "tags", "confidence", "importance",
+                       "scope", "scope_id", "consent_basis", "has_pii", "pii_kinds", "observed_at", "valid_until",
+                       "session_id", "seq_start", "seq_end", "partition_key", "run_id", "model", "prompt_version")
+
+
+def _upsert_entries(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
+    """Upsert entries as if one by one, in order: loaded by `COPY`, then one statement per
+    round, round n holding each key's n-th row (the rows of one key apply in order; those of
+    different keys do not depend on each other). Returns the entries inserted or changed."""
+    occurrences: Counter[str] = Counter()
+    conn.execute(query("create_entry_load"))
+    with conn.cursor().copy(query("copy_entry_load")) as copy:
+        for position, row in enumerate(rows):
+            occurrences[row["entry_key"]] += 1
+            copy.write_row((position, occurrences[row["entry_key"]], *(row[c] for c in _ENTRY_LOAD_COLUMNS)))
+    written = sum(conn.execute(query("upsert_entries_from_load"), {"round": n}).rowcount
+                  for n in range(1, max(occurrences.values(), default=0) + 1))
+    conn.execute(query("drop_entry_load"))  # a second batch in the same transaction starts empty
     return written
 
 
@@ -639,7 +660,7 @@ def _forge_archived_key(conn: psycopg.Connection, row: dict) -> int:
     _restore_reobserved(conn, "archived_entries_reobserved", {"entry_key": row["entry_key"],
                                                               "observed_at": row["observed_at"]})
     conn.execute(query("upsert_knowledge_version"), row)
-    return conn.execute(query("upsert_knowledge_entry"), row).rowcount
+    return _upsert_entries(conn, [row])
 
 
 def _fold_into_archived_entry(conn: psycopg.Connection, archived: tuple, row: dict) -> None:
@@ -647,7 +668,7 @@ def _fold_into_archived_entry(conn: psycopg.Connection, archived: tuple, row: di
     event time wins) and archive it again as decay did."""
     archive_id, reason, score, as_of, partition_key, run_id = archived
     [(_, entry_id)] = restore_archived(conn, archive_id)
-    conn.execute(query("upsert_knowledge_entry"), row)
+    _upsert_entries(conn, [row])
     table = sql.Identifier("knowledge_entries")
     conn.execute(sql.SQL(query("archive_rows")).format(table=table), {
         "table": "knowledge_entries", "rows": Jsonb([{"id": entry_id, "key": row["entry_key"], "reason": reason,

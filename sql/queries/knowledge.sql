@@ -20,17 +20,39 @@ SET observed_at = EXCLUDED.observed_at, session_id = EXCLUDED.session_id, seq_st
     seq_end = EXCLUDED.seq_end, partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id
 WHERE EXCLUDED.observed_at < v.observed_at;  -- a version dates from its first observation
 
--- name: upsert_knowledge_entry
+-- name: create_entry_load
+-- A batch's entries arrive by COPY and are upserted a round at a time (a statement may not
+-- update one row twice: round n holds each key's n-th observation of the batch, in order).
+CREATE TEMP TABLE entry_load (
+    ord integer, round integer, entry_key text, user_id text, kind text, title text, content text, tags text[],
+    confidence real, importance real, scope text, scope_id text, consent_basis text, has_pii boolean,
+    pii_kinds text[], observed_at timestamptz, valid_until timestamptz, session_id text, seq_start bigint,
+    seq_end bigint, partition_key text, run_id text, model text, prompt_version text
+) ON COMMIT DROP;
+
+-- name: copy_entry_load
+COPY entry_load (ord, round, entry_key, user_id, kind, title, content, tags, confidence, importance, scope, scope_id,
+    consent_basis, has_pii, pii_kinds, observed_at, valid_until, session_id, seq_start, seq_end, partition_key, run_id,
+    model, prompt_version)
+FROM STDIN;
+
+-- name: drop_entry_load
+DROP TABLE entry_load;
+
+-- name: upsert_entries_from_load
 -- The same key again updates the entry in place when the observation is newer (event
--- time wins); its version is the number of distinct contents it has had.
+-- time wins); its version is the number of distinct contents it has had. In load order, so
+-- new entries get their ids in the order they were first observed.
 INSERT INTO knowledge_entries AS e (entry_key, user_id, kind, title, content, tags, confidence, importance, scope,
     scope_id, consent_basis, has_pii, pii_kinds, valid_from, valid_until, version, created_at, updated_at,
     session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version)
-VALUES (%(entry_key)s, %(user_id)s, %(kind)s, %(title)s, %(content)s, %(tags)s, %(confidence)s, %(importance)s,
-        %(scope)s, %(scope_id)s, %(consent_basis)s, %(has_pii)s, %(pii_kinds)s, %(observed_at)s, %(valid_until)s,
-        (SELECT count(*) FROM knowledge_entry_versions WHERE entry_key = %(entry_key)s), %(observed_at)s,
-        %(observed_at)s, %(session_id)s, %(seq_start)s, %(seq_end)s, %(partition_key)s, %(run_id)s, %(model)s,
-        %(prompt_version)s)
+SELECT l.entry_key, l.user_id, l.kind, l.title, l.content, l.tags, l.confidence, l.importance, l.scope, l.scope_id,
+       l.consent_basis, l.has_pii, l.pii_kinds, l.observed_at, l.valid_until,
+       (SELECT count(*) FROM knowledge_entry_versions v WHERE v.entry_key = l.entry_key), l.observed_at,
+       l.observed_at, l.session_id, l.seq_start, l.seq_end, l.partition_key, l.run_id, l.model, l.prompt_version
+FROM entry_load l
+WHERE l.round = %(round)s
+ORDER BY l.ord
 ON CONFLICT (entry_key) DO UPDATE
 SET title = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.title ELSE e.title END,
     content = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.content ELSE e.content END,

@@ -1,0 +1,70 @@
+"""A batch of knowledge entries written at once ends exactly as the same entries written one
+by one, in order: the same rows, versions and first-observation order of ids, whatever the
+repeats of a key in the batch."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+from memory_pipelines.db import repository
+from memory_pipelines.db.connection import get_pool
+from memory_pipelines.knowledge import EntryCandidate, entry_key, importance
+
+T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
+ENTRY_COLUMNS = ("entry_key, user_id, kind, title, content, tags, confidence, importance, has_pii, pii_kinds, "
+                 "valid_from, valid_until, version, created_at, updated_at, session_id, seq_start, seq_end")
+
+
+def _entry(user: str, title: str, content: str, hours: int, *, tags=("infra",), pii=()) -> EntryCandidate:
+    return EntryCandidate(
+        entry_key("fact", title, "entity", user), "fact", title, content, tuple(tags), 0.8, importance("fact", 0.8),
+        "entity", user, user, bool(pii), tuple(pii), "not_set", T0 + timedelta(hours=hours), None, hours, hours)
+
+
+def _batch() -> list[tuple[EntryCandidate, dict]]:
+    """Keys seen up to three times, out of time order, with new content, new tags and PII on
+    later sightings, interleaved with other users' keys."""
+    observed = [
+        _entry("ann", "database", "Postgres 16", 5),
+        _entry("bob", "editor", "vim", 1),
+        _entry("ann", "database", "Postgres 17", 9, tags=("infra", "db")),
+        _entry("ann", "deploy target", "k8s", 2),
+        _entry("ann", "database", "Postgres 15", 3, pii=("email",)),  # older: content stays, PII is kept
+        _entry("bob", "editor", "vim", 1),  # the same observation again
+        _entry("cat", "shell", "zsh", 4),
+        _entry("bob", "editor", "helix", 7),
+    ]
+    return [(e, {"session_id": f"s-{e.user_id}-{e.seq_start}", "partition_key": "2026-10-01", "run_id": "r",
+                 "model": "rules", "prompt_version": "p1"}) for e in observed]
+
+
+def _tables(url: str) -> tuple[list, list]:
+    with psycopg.connect(url) as conn:
+        entries = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM knowledge_entries ORDER BY id").fetchall()
+        versions = conn.execute("SELECT entry_key, content_hash, title, content, tags, observed_at, session_id "
+                                "FROM knowledge_entry_versions ORDER BY entry_key, content_hash").fetchall()
+    return entries, versions
+
+
+def test_a_batch_written_at_once_equals_the_entries_written_one_by_one(make_database):
+    at_once, one_by_one = make_database(), make_database()
+    batch = _batch()
+    with get_pool(at_once).connection() as conn, conn.transaction():
+        written_at_once = repository.forge_knowledge(conn, batch)
+    written_one_by_one = 0
+    for item in batch:
+        with get_pool(one_by_one).connection() as conn, conn.transaction():
+            written_one_by_one += repository.forge_knowledge(conn, [item])
+
+    entries, versions = _tables(at_once)
+    assert (entries, versions) == _tables(one_by_one)
+    assert written_at_once == written_one_by_one
+    # what the event-time rule gives: the newest content, every distinct content a version,
+    # PII of any sighting kept, ids in the order keys were first seen
+    database = {row[0]: row for row in entries}[entry_key("fact", "database", "entity", "ann")]
+    assert database[4] == "Postgres 17" and database[12] == 3 and database[8] and database[9] == ["email"]
+    assert [row[3] for row in entries] == ["database", "editor", "deploy target", "shell"]
+    assert {row[3]: row[4] for row in entries}["editor"] == "helix"
+    assert len(versions) == 7  # database 3, editor 2, deploy target 1, shell 1
