@@ -1,6 +1,6 @@
-"""A batch of knowledge entries written at once ends exactly as the same entries written one
-by one, in order: the same rows, versions and first-observation order of ids, whatever the
-repeats of a key in the batch."""
+"""A batch of knowledge entries, or of facts, written at once ends exactly as the same rows
+written one by one, in order: the same rows (versions, merged families) and the same
+first-observation order of ids, whatever the repeats of a key in the batch."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import psycopg
 
 from memory_pipelines.db import repository
 from memory_pipelines.db.connection import get_pool
+from memory_pipelines.facts import FactCandidate, canonical_key
 from memory_pipelines.knowledge import EntryCandidate, entry_key, importance
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
@@ -68,3 +69,43 @@ def test_a_batch_written_at_once_equals_the_entries_written_one_by_one(make_data
     assert [row[3] for row in entries] == ["database", "editor", "deploy target", "shell"]
     assert {row[3]: row[4] for row in entries}["editor"] == "helix"
     assert len(versions) == 7  # database 3, editor 2, deploy target 1, shell 1
+
+
+FACT_COLUMNS = ("user_id, category, key, canonical_key, value, source, confidence, last_verified_at, "
+                "session_id, seq_start, seq_end, expires_at, embedding IS NULL, "
+                "(SELECT m.key FROM memory_facts m WHERE m.id = memory_facts.merged_into)")
+
+
+def _fact(key: str, value: str, hours: int, *, source: str = "conversation") -> FactCandidate:
+    return FactCandidate("preference", key, canonical_key(key), value, source, 70, None,
+                         T0 + timedelta(hours=hours), hours, hours)
+
+
+def test_facts_written_at_once_equal_the_facts_written_one_by_one(make_database):
+    """Repeats of one key out of time order, an equal re-observation, spellings of one key
+    (a family: the most recently seen is visible), two users."""
+    at_once, one_by_one = make_database(), make_database()
+    observed = [("ann", _fact("editor", "vim", 5)), ("bob", _fact("editor", "emacs", 1)),
+                ("ann", _fact("editor", "helix", 9)), ("ann", _fact("preferred_language", "Python", 2)),
+                ("ann", _fact("editor", "nano", 3)), ("ann", _fact("language", "Rust", 8)),
+                ("ann", _fact("editor", "helix", 9)), ("bob", _fact("favorite_language", "Go", 4))]
+    batch = [(user, fact, {"session_id": f"s-{user}-{fact.seq_start}", "partition_key": "2026-10-01",
+                           "run_id": "r", "model": "rules", "prompt_version": "p1"}) for user, fact in observed]
+    with get_pool(at_once).connection() as conn, conn.transaction():
+        repository.upsert_facts(conn, batch)
+    for item in batch:
+        with get_pool(one_by_one).connection() as conn, conn.transaction():
+            repository.upsert_facts(conn, [item])
+
+    def facts(url: str) -> list[tuple]:
+        with psycopg.connect(url) as conn:
+            return conn.execute(f"SELECT {FACT_COLUMNS} FROM memory_facts ORDER BY id").fetchall()
+
+    rows = facts(at_once)
+    assert rows == facts(one_by_one)
+    by_key = {(row[0], row[2]): row for row in rows}
+    assert by_key["ann", "editor"][4] == "helix"  # the newest value, whatever the order it came in
+    assert by_key["ann", "preferred_language"][13] == "language"  # hidden behind the newer spelling
+    assert by_key["ann", "language"][13] is None and by_key["bob", "favorite_language"][13] is None
+    assert [(row[0], row[2]) for row in rows] == [("ann", "editor"), ("bob", "editor"), ("ann", "preferred_language"),
+                                                  ("ann", "language"), ("bob", "favorite_language")]
