@@ -3,9 +3,11 @@
 `jsonschema-rs` (compiled) decides whether an instance is valid; only an instance it refuses
 is checked again by `jsonschema`, whose errors name the path and the rule broken (the reasons
 a rejection stores and a failed check shows stay the same). The compiled validator is
-stricter in places (`\\w` in a pattern is ASCII there, NaN is not a number): such an instance
-is then judged by `jsonschema` alone, so an answer is accepted exactly when `jsonschema`
-accepts it, at about 1/80 of the time for a valid one.
+stricter in places (`\\w` in a pattern is ASCII there, NaN is not a number, a Python value
+JSON has no type for is refused outright): such an instance is then judged by `jsonschema`
+alone, so a JSON value (as `json.loads` gives it) is accepted exactly when `jsonschema`
+accepts it, at about 1/80 of the time for a valid one. (A tuple would pass as an array here,
+where `jsonschema` refuses it: instances are JSON values, model answers always are.)
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ class JsonSchema:
 
     def errors(self, instance: Any) -> Iterator[jsonschema.ValidationError]:
         """What makes `instance` invalid, in `jsonschema`'s order; nothing when it is valid."""
-        if not self._fast.is_valid(instance):
+        try:
+            valid = self._fast.is_valid(instance)
+        except ValueError:  # a Python value JSON has no type for (a date, a non-text key)
+            valid = False
+        if not valid:
             yield from self._full.iter_errors(instance)
 
     def first_error(self, instance: Any) -> jsonschema.ValidationError | None:

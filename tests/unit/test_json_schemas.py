@@ -3,6 +3,8 @@ validator decides the common case; a refusal names `jsonschema`'s error."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import jsonschema
 import pytest
 from hypothesis import given, settings
@@ -65,3 +67,15 @@ def test_valid_and_invalid_answers_both_occur():
     assert schema.first_error({"category": "tool", "key": "editor", "value": "vim", "seq": 3}) is None
     error = schema.first_error({"category": "日本", "key": "editor", "value": float("nan"), "seq": 1.5})
     assert error is not None and "1.5" in error.message
+
+
+@pytest.mark.parametrize("name, instance", [
+    ("fact", {"category": "tool", "key": "editor", "value": datetime(2026, 10, 1)}),
+    ("fact", {"category": "tool", "key": "editor", "value": "vim", 7: "a non-text key"}),
+    ("entry", {"kind": "fact", "title": "t", "content": "c", "tags": ["a", "b"], "seq": datetime(2026, 10, 1)}),
+])
+def test_python_values_json_has_no_type_for_are_judged_by_jsonschema(name, instance):
+    expected = next(jsonschema.Draft202012Validator(SCHEMAS[name]).iter_errors(instance), None)
+    found = JsonSchema(SCHEMAS[name]).first_error(instance)
+    assert (found is None) == (expected is None)
+    assert found is None or found.message == expected.message
