@@ -76,8 +76,7 @@ def detect_language(texts: list[str]) -> str:
     if han >= 2:
         return "zh"
     occurrences = Counter(words(joined))
-    counts = {lang: sum(occurrences[word] for word in stop if word in occurrences)
-              for lang, stop in STOPWORDS.items()}
+    counts = {lang: sum(occurrences[word] for word in stop) for lang, stop in STOPWORDS.items()}
     best = max(counts, key=lambda lang: (counts[lang], lang == "en"))
     return best if counts[best] > 0 else "en"
 
