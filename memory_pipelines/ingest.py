@@ -27,7 +27,7 @@ def plan_ingest(
 ) -> IngestPlan:
     """Split a scan into new messages, re-sent duplicates and refused records.
 
-    `stored` holds what the archive has for the scanned sessions, `owners` each stored
+    `stored` holds what the archive has under the scanned keys, `owners` each stored
     session's user (and each declared parent's), `forks` the fork points stored for them,
     `superseded` the (session, seq, hash) of turns a replace merge set aside (re-sent, they
     stay aside). Records are taken in file order, so the first of two conflicting records

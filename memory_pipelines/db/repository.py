@@ -35,16 +35,11 @@ def lock_transcript_writes(conn: psycopg.Connection) -> None:
     conn.execute(query("lock_transcript_writes"))
 
 
-def stored_messages(
-    conn: psycopg.Connection, session_ids: Sequence[str]
-) -> tuple[dict[tuple[str, int], StoredMessage], dict[str, str]]:
-    """What the archive holds for these sessions: message hashes by key, and session owners."""
-    ids = list(session_ids)
-    stored = {
-        (sid, seq): StoredMessage(content_hash, user_id)
-        for sid, seq, content_hash, user_id in conn.execute(query("stored_messages"), {"session_ids": ids})
-    }
-    return stored, session_owners(conn, ids)
+def stored_messages(conn: psycopg.Connection, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], StoredMessage]:
+    """What the archive holds under these (session, seq) keys: the stored message's hash and user."""
+    session_ids, seqs = zip(*keys) if keys else ((), ())
+    rows = conn.execute(query("stored_messages"), {"session_ids": list(session_ids), "seqs": list(seqs)})
+    return {(sid, seq): StoredMessage(content_hash, user_id) for sid, seq, content_hash, user_id in rows}
 
 
 def session_owners(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, str]:

@@ -99,9 +99,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
 def _ingest(conn, scan, label: str, run_id: str, counts: TranscriptCounts, report: StageReport) -> set[str]:
     """One day's records checked against the archive and written; returns the sessions written."""
     session_ids = sorted({m.session_id for m in scan.messages})
-    stored, owners = repository.stored_messages(conn, session_ids)
+    stored = repository.stored_messages(conn, sorted({(m.session_id, m.seq) for m in scan.messages}))
     parents = sorted({m.parent_session_id for m in scan.messages if m.parent_session_id is not None})
-    owners |= repository.session_owners(conn, parents)
+    owners = repository.session_owners(conn, sorted({*session_ids, *parents}))
     forks = repository.fork_points(conn, sorted({*session_ids, *parents}))
     forgotten = repository.forgotten_for(conn, sorted({m.user_id for m in scan.messages}))
     plan = plan_ingest(scan, stored, owners, forgotten, forks, repository.superseded_keys(conn, session_ids))

@@ -3,9 +3,10 @@
 SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.transcripts'));
 
 -- name: stored_messages
-SELECT session_id, seq, content_hash, user_id
-FROM messages
-WHERE session_id = ANY(%(session_ids)s);
+-- Only the scanned keys: a long-lived session's whole history is not read again each day.
+SELECT m.session_id, m.seq, m.content_hash, m.user_id
+FROM unnest(%(session_ids)s::text[], %(seqs)s::bigint[]) AS k (session_id, seq)
+JOIN messages m USING (session_id, seq);
 
 -- name: session_owners
 SELECT session_id, user_id FROM sessions WHERE session_id = ANY(%(session_ids)s);
