@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from assets.runner import PROGRESS_RUN_CONFIG, ensure_dagster_home, partition_keys_between, progress_logger, run_range
-from memory_pipelines.bench import BackfillBench, DistillBench
+from memory_pipelines.bench import BackfillBench, DistillBench, PurposeUsage
 from memory_pipelines.config import Settings
 from memory_pipelines.db import repository
 from memory_pipelines.db.connection import close_pools, get_pool, resolve_url, with_database
@@ -123,7 +123,9 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
                 ran = run_range(keys, echo=lambda line: None)
                 seconds = time.perf_counter() - started
                 with get_pool(url).connection() as conn:
-                    usage = conn.execute(query("model_usage_by_purpose")).fetchall()
+                    usage = {purpose: PurposeUsage(calls, tokens_in, tokens_out) for purpose, calls, tokens_in, tokens_out
+                             in conn.execute(query("model_usage_by_purpose"))}
+                    summarized = conn.execute(query("summarized_session_days")).fetchone()[0]
                     sizes = dict(conn.execute(query("table_sizes")).fetchall())
                     messages = repository.row_counts(conn, ["messages"])["messages"]
                 stages = _stage_seconds(ran.run_id)
@@ -138,8 +140,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
         seconds=seconds,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         stage_seconds=stages, table_bytes=sizes,
-        calls_by_purpose={purpose: calls for purpose, calls, _ in usage},
-        tokens_by_purpose={purpose: tokens for purpose, _, tokens in usage},
+        usage=usage, summarized_session_days=summarized,
         bookkeeping_seconds=idle,
     )
 

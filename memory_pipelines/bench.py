@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from memory_pipelines.config import PACKAGE_DIR
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder
 from memory_pipelines.evidence_set import CATEGORIES, Question
+from memory_pipelines.llm.pricing import Price
 from memory_pipelines.passages import Budget, TurnSearch, fill_passages
 from memory_pipelines.search import (
     MemoryHit, MemorySearch, UnifiedMemorySearch, fuse_rrf, passage_hit, query_terms,
@@ -155,6 +156,14 @@ def markdown(scores: list[ModeScore], k: int, model: str) -> str:
 
 
 @dataclass(frozen=True)
+class PurposeUsage:
+    """The model calls of one purpose in a run, and their tokens."""
+    calls: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
 class DistillBench:
     """One run of the whole graph over generated transcripts (`bench distill` and `bench cost`)."""
 
@@ -168,8 +177,8 @@ class DistillBench:
     peak_rss_mb: float
     stage_seconds: dict[str, float]
     table_bytes: dict[str, int]
-    calls_by_purpose: dict[str, int]
-    tokens_by_purpose: dict[str, int]
+    usage: dict[str, PurposeUsage]  # purpose -> its calls and tokens
+    summarized_session_days: int  # (session, day) pairs with a summary written by a call
     # the same range through the same assets and checks with bodies that do nothing: what
     # Dagster's own bookkeeping of the run costs (measured by `bench backfill` only)
     bookkeeping_seconds: float | None = None
@@ -180,38 +189,76 @@ class DistillBench:
 
     @property
     def model_calls(self) -> int:
-        return sum(self.calls_by_purpose.values())
+        return sum(u.calls for u in self.usage.values())
+
+    def per_1000_messages(self, amount: float) -> float:
+        return 1000 * amount / self.messages if self.messages else 0.0
+
+    def per_session_day(self, amount: float) -> float:
+        return amount / self.summarized_session_days if self.summarized_session_days else 0.0
 
     @property
-    def calls_per_1000_messages(self) -> float:
-        return 1000 * self.model_calls / self.messages if self.messages else 0.0
+    def input_tokens(self) -> int:
+        return sum(u.input_tokens for u in self.usage.values())
 
-    def to_json(self) -> dict:
+    @property
+    def output_tokens(self) -> int:
+        return sum(u.output_tokens for u in self.usage.values())
+
+    def cost_usd(self, price: Price) -> float:
+        return price.cost(self.input_tokens, self.output_tokens)
+
+    def to_json(self, prices: Mapping[str, Price] | None = None) -> dict:
         return {**asdict(self), "messages_per_s": self.messages_per_s, "model_calls": self.model_calls,
-                "calls_per_1000_messages": self.calls_per_1000_messages}
+                "calls_per_1000_messages": self.per_1000_messages(self.model_calls),
+                "calls_per_session_day": self.per_session_day(self.model_calls),
+                "input_tokens_per_1000_messages": self.per_1000_messages(self.input_tokens),
+                "output_tokens_per_1000_messages": self.per_1000_messages(self.output_tokens),
+                "estimated_cost_usd": {model: {"run": self.cost_usd(price),
+                                               "per_1000_messages": self.per_1000_messages(self.cost_usd(price)),
+                                               "per_session_day": self.per_session_day(self.cost_usd(price))}
+                                       for model, price in (prices or {}).items()}}
 
 
-def distill_markdown(result: DistillBench) -> str:
-    per_k = 1000 / result.messages if result.messages else 0.0
+# the stages whose steps make the calls of these purposes
+PURPOSES_BY_STAGE = {"conversation_segments": ("judge_segments",),
+                     "session_summaries": ("summarize", "find_overturned"),
+                     "memory_facts": ("extract_facts", "summarize_facts"),
+                     "knowledge_entries": ("synthesize_knowledge",), "memory_tree": ("summarize_node",)}
+
+
+def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = None) -> str:
+    per_k = result.per_1000_messages
     lines = [
-        f"{result.messages:,} messages, {result.sessions:,} sessions, {result.users:,} users, {result.days} days; "
-        f"model back end {result.backend}",
+        f"{result.messages:,} messages, {result.sessions:,} sessions, {result.users:,} users, {result.days} days, "
+        f"{result.summarized_session_days:,} summarized session-days; model back end {result.backend}",
         "",
-        "| stage | seconds | messages/s | model calls | calls per 1,000 messages | tokens per 1,000 messages |",
-        "|---|---|---|---|---|---|",
+        "| stage | seconds | messages/s | model calls | calls per 1,000 messages | input tokens per 1,000 messages "
+        "| output tokens per 1,000 messages |",
+        "|---|---|---|---|---|---|---|",
     ]
-    purposes_by_stage = {"conversation_segments": ("judge_segments",),
-                         "session_summaries": ("summarize", "find_overturned"),
-                         "memory_facts": ("extract_facts", "summarize_facts"),
-                         "knowledge_entries": ("synthesize_knowledge",), "memory_tree": ("summarize_node",)}
     for stage, seconds in result.stage_seconds.items():
-        purposes = purposes_by_stage.get(stage, ())
-        calls = sum(result.calls_by_purpose.get(p, 0) for p in purposes)
-        tokens = sum(result.tokens_by_purpose.get(p, 0) for p in purposes)
+        used = [result.usage[p] for p in PURPOSES_BY_STAGE.get(stage, ()) if p in result.usage]
+        calls = sum(u.calls for u in used)
         rate = result.messages / seconds if seconds else 0.0
-        lines.append(f"| {stage} | {seconds:.1f} | {rate:,.0f} | {calls:,} | {calls * per_k:.1f} | {tokens * per_k:,.0f} |")
+        lines.append(f"| {stage} | {seconds:.1f} | {rate:,.0f} | {calls:,} | {per_k(calls):.1f} "
+                     f"| {per_k(sum(u.input_tokens for u in used)):,.0f} | {per_k(sum(u.output_tokens for u in used)):,.0f} |")
     lines.append(f"| **whole run** | {result.seconds:.1f} | {result.messages_per_s:,.0f} | {result.model_calls:,} "
-                 f"| {result.calls_per_1000_messages:.1f} | {sum(result.tokens_by_purpose.values()) * per_k:,.0f} |")
+                 f"| {per_k(result.model_calls):.1f} | {per_k(result.input_tokens):,.0f} | {per_k(result.output_tokens):,.0f} |")
+    if result.usage:
+        lines += ["", "| purpose | calls | calls per summarized session-day | input tokens per 1,000 messages "
+                      "| output tokens per 1,000 messages |", "|---|---|---|---|---|"]
+        lines += [f"| {purpose} | {u.calls:,} | {result.per_session_day(u.calls):.2f} | {per_k(u.input_tokens):,.0f} "
+                  f"| {per_k(u.output_tokens):,.0f} |" for purpose, u in sorted(result.usage.items())]
+        lines.append(f"| **all** | {result.model_calls:,} | {result.per_session_day(result.model_calls):.2f} "
+                     f"| {per_k(result.input_tokens):,.0f} | {per_k(result.output_tokens):,.0f} |")
+    if result.usage and prices:
+        lines += ["", "Estimated cost of these tokens at the price table's prices (US dollars):", "",
+                  "| model | input / output per million tokens | this run | per 1,000 messages | per session-day |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {model} | {price.input_usd_per_mtok:g} / {price.output_usd_per_mtok:g} | {result.cost_usd(price):.4f} "
+                  f"| {per_k(result.cost_usd(price)):.4f} | {result.per_session_day(result.cost_usd(price)):.5f} |"
+                  for model, price in prices.items()]
     largest = sorted(result.table_bytes.items(), key=lambda kv: (-kv[1], kv[0]))[:12]
     lines += ["", f"peak memory {result.peak_rss_mb:,.0f} MB", "", "| table (largest 12) | size |", "|---|---|"]
     lines += [f"| {table} | {size / 1_048_576:,.2f} MB |" for table, size in largest]

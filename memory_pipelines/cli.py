@@ -313,13 +313,20 @@ def cmd_bench_distill(args: argparse.Namespace) -> int:
     from assets.benchmarks import run_distill_benchmark
     from memory_pipelines import bench
     from memory_pipelines.generator import GeneratorConfig
+    from memory_pipelines.llm.pricing import bench_price_table, load_price_table
 
     try:
         config = GeneratorConfig(users=args.users, sessions=args.sessions, seed=args.seed, days=args.days)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    prices = None
+    if args.kind == "cost":
+        try:
+            prices = load_price_table(args.price_table or bench_price_table())
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
     result = run_distill_benchmark(config, cost=args.kind == "cost", echo=lambda line: print(line, file=sys.stderr))
-    print(json.dumps(result.to_json(), indent=2) if args.json else bench.distill_markdown(result))
+    print(json.dumps(result.to_json(prices), indent=2) if args.json else bench.distill_markdown(result, prices))
     return 0
 
 
@@ -1060,6 +1067,10 @@ def build_parser() -> argparse.ArgumentParser:
         distill.add_argument("--days", type=int, default=14, help="days the sessions spread over (default 14)")
         distill.add_argument("--seed", type=int, default=0)
         distill.add_argument("--json", action="store_true")
+        if kind == "cost":
+            distill.add_argument("--price-table", type=Path, default=None,
+                                 help="prices to estimate the run's cost at, a MEMORY_PRICE_TABLE file (default: "
+                                      "MEMORY_PRICE_TABLE, else the sample table of a few published list prices)")
         distill.set_defaults(func=cmd_bench_distill)
     ingest = kinds.add_parser("ingest", help="the transcripts asset over a large generated source (a file per "
                                               "day), from a folder and from a local S3 server: peak memory and "

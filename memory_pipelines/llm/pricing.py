@@ -7,7 +7,8 @@ million tokens, keyed `backend/model` (wins) or just `model`:
      "llama3.1:8b": {"input_usd_per_mtok": 0, "output_usd_per_mtok": 0}}
 
 The `rules` back end is free. A model the table does not name has no estimate (its calls
-are counted as unpriced), never a guessed price.
+are counted as unpriced), never a guessed price. `SAMPLE_PRICE_TABLE` is such a file with a
+few published list prices, for `bench cost`'s estimates when no table is given.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Price:
 
 
 FREE = Price(0.0, 0.0)
+SAMPLE_PRICE_TABLE = Path(__file__).with_name("sample_price_table.json")
 
 
 def load_price_table(path: Path) -> dict[str, Price]:
@@ -60,3 +62,8 @@ def price_for(backend: str, model: str, table: dict[str, Price]) -> Price | None
 def configured_price(backend: str, model: str) -> Price | None:
     path = setting("MEMORY_PRICE_TABLE")
     return price_for(backend, model, load_price_table(path) if path else {})
+
+
+def bench_price_table() -> Path:
+    """The prices `bench cost` estimates at: MEMORY_PRICE_TABLE's, else the sample table's."""
+    return setting("MEMORY_PRICE_TABLE") or SAMPLE_PRICE_TABLE

@@ -181,6 +181,10 @@ SELECT pg_advisory_unlock(hashtext('memory_pipelines.session'), hashtext(session
 FROM unnest(%(session_ids)s::text[]) AS s(session_id);
 
 -- name: model_usage_by_purpose
--- Calls that went to a model (the rules back end is not one), per task.
-SELECT purpose, count(*), sum(input_tokens + output_tokens)::bigint FROM llm_calls
+-- Calls that went to a model (the rules back end is not one), per task: calls, input and output tokens.
+SELECT purpose, count(*), sum(input_tokens)::bigint, sum(output_tokens)::bigint FROM llm_calls
 WHERE backend <> 'rules' GROUP BY 1 ORDER BY 1;
+
+-- name: summarized_session_days
+-- The (session, day) pairs a summary version was written for: the unit model calls are counted against.
+SELECT count(*) FROM (SELECT DISTINCT session_id, partition_key FROM session_summary_versions WHERE kind = 'chunk') AS days;

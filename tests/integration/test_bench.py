@@ -35,11 +35,25 @@ def test_bench_cost_counts_the_calls_a_model_would_get(database_url):
     done = cli("bench", "cost", "--users", "3", "--sessions", "6", "--days", "2", "--seed", "7", "--json")
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout)
-    calls = figures["calls_by_purpose"]
-    assert {"judge_segments", "summarize", "extract_facts", "synthesize_knowledge"} <= set(calls)
-    assert figures["model_calls"] == sum(calls.values()) > 0
+    usage = figures["usage"]
+    assert {"judge_segments", "summarize", "extract_facts", "synthesize_knowledge"} <= set(usage)
+    assert figures["model_calls"] == sum(u["calls"] for u in usage.values()) > 0
+    assert all(u["input_tokens"] > 0 and u["output_tokens"] > 0 for u in usage.values())
     assert figures["calls_per_1000_messages"] == 1000 * figures["model_calls"] / figures["messages"]
-    assert all(figures["tokens_by_purpose"][p] > 0 for p in calls)
+    assert 0 < figures["summarized_session_days"] <= figures["sessions"] * figures["days"]
+    assert figures["calls_per_session_day"] == figures["model_calls"] / figures["summarized_session_days"]
+    tokens_in = sum(u["input_tokens"] for u in usage.values())
+    assert figures["input_tokens_per_1000_messages"] == 1000 * tokens_in / figures["messages"]
+    # the sample price table prices the run; its free local model costs nothing
+    costs = figures["estimated_cost_usd"]
+    assert costs["llama.cpp/local model"]["run"] == 0 < costs["openai/gpt-4o-mini"]["run"] < costs["openai/gpt-4.1"]["run"]
+
+
+def test_bench_cost_refuses_a_broken_price_table(database_url, tmp_path):
+    table = tmp_path / "prices.json"
+    table.write_text('{"m": {"input_usd_per_mtok": "free"}}')
+    done = cli("bench", "cost", "--users", "1", "--sessions", "1", "--days", "1", "--price-table", str(table))
+    assert done.returncode == 2 and "numeric input_usd_per_mtok" in done.stderr
 
 
 @pytest.mark.slow
