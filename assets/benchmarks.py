@@ -123,8 +123,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
                 ran = run_range(keys, echo=lambda line: None)
                 seconds = time.perf_counter() - started
                 with get_pool(url).connection() as conn:
-                    usage = {purpose: PurposeUsage(calls, tokens_in, tokens_out) for purpose, calls, tokens_in, tokens_out
-                             in conn.execute(query("model_usage_by_purpose"))}
+                    usage = {row[0]: PurposeUsage(*row[1:]) for row in conn.execute(query("model_usage_by_purpose"))}
                     summarized = conn.execute(query("summarized_session_days")).fetchone()[0]
                     sizes = dict(conn.execute(query("table_sizes")).fetchall())
                     messages = repository.row_counts(conn, ["messages"])["messages"]

@@ -161,6 +161,8 @@ class PurposeUsage:
     calls: int
     input_tokens: int
     output_tokens: int
+    schema_retried: int  # calls whose first answer broke the schema and were asked again
+    failed: int
 
 
 @dataclass(frozen=True)
@@ -247,11 +249,15 @@ def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = 
                  f"| {per_k(result.model_calls):.1f} | {per_k(result.input_tokens):,.0f} | {per_k(result.output_tokens):,.0f} |")
     if result.usage:
         lines += ["", "| purpose | calls | calls per summarized session-day | input tokens per 1,000 messages "
-                      "| output tokens per 1,000 messages |", "|---|---|---|---|---|"]
+                      "| output tokens per 1,000 messages | asked again (schema) | failed |",
+                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {purpose} | {u.calls:,} | {result.per_session_day(u.calls):.2f} | {per_k(u.input_tokens):,.0f} "
-                  f"| {per_k(u.output_tokens):,.0f} |" for purpose, u in sorted(result.usage.items())]
+                  f"| {per_k(u.output_tokens):,.0f} | {u.schema_retried:,} | {u.failed:,} |"
+                  for purpose, u in sorted(result.usage.items())]
         lines.append(f"| **all** | {result.model_calls:,} | {result.per_session_day(result.model_calls):.2f} "
-                     f"| {per_k(result.input_tokens):,.0f} | {per_k(result.output_tokens):,.0f} |")
+                     f"| {per_k(result.input_tokens):,.0f} | {per_k(result.output_tokens):,.0f} "
+                     f"| {sum(u.schema_retried for u in result.usage.values()):,} "
+                     f"| {sum(u.failed for u in result.usage.values()):,} |")
     if result.usage and prices:
         lines += ["", "Estimated cost of these tokens at the price table's prices (US dollars):", "",
                   "| model | input / output per million tokens | this run | per 1,000 messages | per session-day |",

@@ -13,28 +13,15 @@ from typing import Any
 
 from memory_pipelines.json_schemas import JsonSchema
 from memory_pipelines.llm.backends import TOOL_OUTPUT_CHARS, render_message
+from memory_pipelines.llm.prompts import FACT_ITEM_SCHEMA
+from memory_pipelines.llm.prompts import FACT_SOURCES as SOURCES
 from memory_pipelines.records import Message
 
 EXTRACTION_CHARS = 12_000
-SOURCES = ("conversation", "tool_call", "auto_discovery", "user_explicit")
 CONFIDENCE = {"tool_call": 95, "auto_discovery": 95, "user_explicit": 90}
 DEFAULT_CONFIDENCE = 70
 
-# What one extracted item must look like. Unknown fields (a "user_id", say) are ignored:
-# the user always comes from the session.
-ITEM_SCHEMA = {
-    "type": "object",
-    "required": ["category", "key", "value"],
-    "properties": {
-        "category": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"\w"},
-        "key": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"\w"},
-        "value": {"type": ["string", "number", "boolean"]},
-        "source": {"enum": list(SOURCES)},
-        "source_context": {"type": ["string", "null"], "maxLength": 2000},
-        "seq": {"type": ["integer", "null"]},
-    },
-}
-_VALIDATOR = JsonSchema(ITEM_SCHEMA)
+_VALIDATOR = JsonSchema(FACT_ITEM_SCHEMA)
 _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # Spellings of one key: "preferred_language", "language", "my-language", "favoriteLanguage".

@@ -14,43 +14,19 @@ from datetime import datetime, timedelta
 from memory_pipelines.config import CONSENT_BASES
 from memory_pipelines.formats import call_arguments
 from memory_pipelines.json_schemas import JsonSchema
+from memory_pipelines.llm.prompts import ENTRY_KINDS as KINDS
+from memory_pipelines.llm.prompts import ENTRY_SCHEMA, RELATION_SCHEMA
+from memory_pipelines.llm.prompts import ENTRY_SCOPES as SCOPES
 from memory_pipelines.records import Message
 from memory_pipelines.pii import sanitize
 from memory_pipelines.rules.text import clip
 
-KINDS = ("fact", "event", "instruction", "insight", "user", "project")
 IMPORTANCE = {"insight": 0.8, "instruction": 0.7, "user": 0.6, "project": 0.6, "fact": 0.5, "event": 0.3}
-SCOPES = ("entity", "process", "session", "global")
 CONSENT = CONSENT_BASES
 # relations a subject holds one value of at a time: a newer object closes the older triple
 FUNCTIONAL_RELATIONS = {"works_at", "reports_to", "listens_on", "deployed_on", "uses_database", "lives_in"}
 ERROR_TTL = timedelta(days=90)
 
-ENTRY_SCHEMA = {
-    "type": "object",
-    "required": ["kind", "title", "content"],
-    "properties": {
-        "kind": {"enum": list(KINDS)},
-        "title": {"type": "string", "minLength": 1, "maxLength": 200},
-        "content": {"type": "string", "minLength": 1, "maxLength": 4000},
-        "tags": {"type": "array", "items": {"type": "string", "maxLength": 60}, "maxItems": 20},
-        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-        "scope": {"enum": list(SCOPES)},
-        "scope_id": {"type": ["string", "null"], "maxLength": 200},
-        "seq": {"type": ["integer", "null"]},
-    },
-}
-RELATION_SCHEMA = {
-    "type": "object",
-    "required": ["subject", "relation", "object"],
-    "properties": {
-        "subject": {"type": "string", "minLength": 1, "maxLength": 200},
-        "relation": {"type": "string", "minLength": 1, "maxLength": 60, "pattern": r"^\w+$"},
-        "object": {"type": "string", "minLength": 1, "maxLength": 200},
-        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-        "seq": {"type": ["integer", "null"]},
-    },
-}
 _ENTRY = JsonSchema(ENTRY_SCHEMA)
 _RELATION = JsonSchema(RELATION_SCHEMA)
 

@@ -14,6 +14,7 @@ from psycopg import sql
 from memory_pipelines.db import embedded
 from memory_pipelines.db.connection import close_pools
 from memory_pipelines.db.migrations import migrate
+from memory_pipelines.llm import backends
 from tests.helpers import with_database
 
 TEMPLATE_DB = "mp_template"
@@ -94,6 +95,9 @@ def _isolated_state(tmp_path_factory, monkeypatch):
     # torch takes seconds less. The local embedder's own tests, and the README's default run,
     # unset it.
     monkeypatch.setenv("MEMORY_EMBED_BACKEND", "hashing")
+    # the answer format each model server took is kept per process; a later test's server may
+    # get a port an earlier one had
+    monkeypatch.setattr(backends, "_ANSWER_FORMATS", {})
 
 
 SAMPLE_DB = "mp_sample"

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 
+from memory_pipelines.json_schemas import JsonSchema
 from memory_pipelines.llm.config import ModelConfig
-from memory_pipelines.llm.http import HttpCallError, post_json
+from memory_pipelines.llm.http import RETRY_STATUS, HttpCallError, HttpReply, post_json
 from memory_pipelines.llm.prompts import (
     EXTRACT_FACTS, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS, SUMMARIZE_NODE,
     SYNTHESIZE_KNOWLEDGE, Prompt,
@@ -24,6 +26,8 @@ from memory_pipelines.rules import facts as rules_facts
 from memory_pipelines.rules import knowledge as rules_knowledge
 from memory_pipelines.rules import noise as rules_noise
 from memory_pipelines.rules import summary as rules_summary
+
+log = logging.getLogger(__name__)
 
 # Bump when the rules change: it is the rules back end's "prompt version".
 RULES_VERSION = "rules-2026.11.1"
@@ -48,6 +52,7 @@ class ModelCall:
     attempts: int = 1
     cost_usd: float | None = None  # estimated from the price table; None: the model is not priced
     budget_reached: bool = False  # not made: the run's token budget was spent
+    schema_retried: bool = False  # the first answer broke the prompt's schema and was asked again
 
     def describe(self) -> str:
         """One line naming the call and its outcome, as failures are reported."""
@@ -66,6 +71,33 @@ class ModelError(RuntimeError):
 
 
 _WIDE = re.compile("[\u2e81-\U0010ffff]")  # CJK and beyond: about a token a character
+_FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n?```\s*$", re.DOTALL)
+PROBE_RETRY_STATUS = RETRY_STATUS - {500}  # while finding the answer format a 500 is a refusal
+SCHEMA_RETRY = ("Your reply could not be used: {problem}. Reply again with one JSON object only, in the form asked "
+                "for.")
+_ANSWER_SCHEMAS: dict[str, JsonSchema] = {}  # prompt version -> its compiled answer schema
+_ANSWER_FORMATS: dict[tuple[str, str, str], int] = {}  # (back end, server, model) -> the answer format it took
+
+
+def decode_answer(prompt: Prompt, text: str) -> Any:
+    """An answer's JSON (a code fence around it taken off: unconstrained models add one),
+    checked against the prompt's schema. Raises ValueError naming the first break, except
+    within the items of the prompt's item lists, which are judged one by one later."""
+    fenced = _FENCE.match(text)
+    data = json.loads(fenced.group(1) if fenced else text)
+    schema = _ANSWER_SCHEMAS.get(prompt.version)
+    if schema is None:
+        schema = _ANSWER_SCHEMAS[prompt.version] = JsonSchema(prompt.schema)
+    for error in schema.errors(data):
+        path = list(error.absolute_path)
+        if len(path) >= 2 and path[0] in prompt.item_lists and isinstance(path[1], int):
+            continue
+        raise ValueError(f"{'/'.join(map(str, path)) or 'the answer'}: {error.message[:300]}")
+    return data
+
+
+def _text_of(messages: Sequence[dict[str, str]]) -> str:
+    return "\n".join(m["content"] for m in messages)
 
 
 def estimate_tokens(text: str) -> int:
@@ -132,10 +164,10 @@ class ModelBackend(ABC):
                                        budget_reached=True))
 
     def _call(self, prompt: Prompt, input_tokens: int, output_tokens: int, estimated: bool, started: float,
-              status: str, error: str | None = None, attempts: int = 1) -> ModelCall:
+              status: str, error: str | None = None, attempts: int = 1, schema_retried: bool = False) -> ModelCall:
         return ModelCall(prompt.purpose, self.name, self.model, self.prompt_version(prompt), input_tokens,
                          output_tokens, estimated, (time.perf_counter() - started) * 1000, status, error, attempts,
-                         self.config.cost_usd(input_tokens, output_tokens))
+                         self.config.cost_usd(input_tokens, output_tokens), schema_retried=schema_retried)
 
     @property
     def name(self) -> str:
@@ -238,27 +270,72 @@ class PromptedBackend(ModelBackend):
         return prompt.version
 
     @abstractmethod
-    def _chat(self, system: str, user: str) -> tuple[str, int | None, int | None, int]:
-        """(answer text, input tokens, output tokens, attempts) from the server."""
+    def _formats(self, prompt: Prompt) -> list[Any]:
+        """The ways to ask this server for the prompt's schema, most exact first."""
+
+    def _post_with_format(self, prompt: Prompt, url: str, payload: Callable[[Any], dict]) -> HttpReply:
+        """POST with the most exact answer format this server takes. Until a format has been
+        answered, a refusal moves on to the next one: a client error other than 429, or a 500
+        (llama-cpp-python's answer to `json_schema`), which is then not retried. The format
+        answered is kept for the process's life (a back end is built per run step)."""
+        formats = self._formats(prompt)
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None
+        server = (self.name, self.config.base_url, self.model)
+        settled = _ANSWER_FORMATS.get(server)
+        refused = 0  # requests the server refused a format in
+        for level in range(settled or 0, len(formats)):
+            probing = settled is None and level < len(formats) - 1
+            try:
+                reply = post_json(self._client, url, payload(formats[level]), headers=headers,
+                                  retries=self.config.retries, backoff_s=self.config.backoff_s,
+                                  retry_status=PROBE_RETRY_STATUS if probing else RETRY_STATUS)
+            except HttpCallError as exc:
+                exc.attempts += refused
+                if probing and exc.status is not None and not exc.retryable:
+                    log.info("%s refused answer format %d (%s): trying the next", url, level, exc)
+                    refused = exc.attempts
+                    continue
+                raise
+            _ANSWER_FORMATS[server] = level
+            return replace(reply, attempts=reply.attempts + refused)
+        raise AssertionError("the last answer format is never probed")
+
+    @abstractmethod
+    def _chat(self, prompt: Prompt, messages: list[dict[str, str]]) -> tuple[str, int | None, int | None, int]:
+        """(answer text, input tokens, output tokens, attempts) from the server, the prompt's
+        schema sent along as the server takes it."""
 
     def _ask(self, prompt: Prompt, system: str, user: str, parse: Callable[[Any], Any]) -> tuple[Any, ModelCall]:
+        """One call; an answer that is not JSON, breaks the prompt's schema or cannot be parsed
+        is asked again once, with what was wrong, before the call counts as unparsable."""
         self._check_budget(prompt)
         started = time.perf_counter()
-
-        def call(status: str, tokens_in=None, tokens_out=None, text="", error=None, attempts=1) -> ModelCall:
-            return self._call(prompt, tokens_in if tokens_in is not None else estimate_tokens(system + user),
-                              tokens_out if tokens_out is not None else estimate_tokens(text),
-                              tokens_in is None or tokens_out is None, started, status, error, attempts)
-
-        try:
-            text, tokens_in, tokens_out, attempts = self._chat(system, user)
-        except HttpCallError as exc:
-            raise ModelError(call("error", error=str(exc), attempts=exc.attempts)) from exc
-        try:
-            result = parse(json.loads(text))
-        except (ValueError, TypeError, SummaryFormatError) as exc:
-            raise ModelError(call("unparsable", tokens_in, tokens_out, text, f"{exc}: {text[:200]!r}", attempts)) from exc
-        return result, call("ok", tokens_in, tokens_out, text, attempts=attempts)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        spent_in = spent_out = 0
+        estimated, attempts = False, 0
+        problem = ""
+        for retry in (False, True):
+            try:
+                text, tokens_in, tokens_out, made = self._chat(prompt, messages)
+            except HttpCallError as exc:
+                raise ModelError(self._call(prompt, spent_in + estimate_tokens(_text_of(messages)), spent_out, True,
+                                            started, "error", str(exc), attempts + exc.attempts, retry)) from exc
+            estimated |= tokens_in is None or tokens_out is None
+            spent_in += tokens_in if tokens_in is not None else estimate_tokens(_text_of(messages))
+            spent_out += tokens_out if tokens_out is not None else estimate_tokens(text)
+            attempts += made
+            try:
+                result = parse(decode_answer(prompt, text))
+            except (ValueError, TypeError, SummaryFormatError) as exc:
+                problem = f"{problem} then " if problem else ""
+                problem += f"{exc}: {text[:200]!r}"
+                messages += [{"role": "assistant", "content": text},
+                             {"role": "user", "content": SCHEMA_RETRY.format(problem=exc)}]
+                continue
+            return result, self._call(prompt, spent_in, spent_out, estimated, started, "ok", attempts=attempts,
+                                      schema_retried=retry)
+        raise ModelError(self._call(prompt, spent_in, spent_out, estimated, started, "unparsable", problem, attempts,
+                                    schema_retried=True))
 
     def judge_sessions(self, sessions):
         listing = "\n\n".join(
@@ -317,14 +394,7 @@ class PromptedBackend(ModelBackend):
 
 
     def extract_facts(self, messages, transcript):
-        def parse(data):
-            # {"facts": [...]} as asked; a bare array is accepted too
-            items = data.get("facts") if isinstance(data, dict) else data
-            if not isinstance(items, list):
-                raise SummaryFormatError('expected {"facts": [...]}')
-            return items
-
-        return self._ask(EXTRACT_FACTS, EXTRACT_FACTS.system, transcript, parse)
+        return self._ask(EXTRACT_FACTS, EXTRACT_FACTS.system, transcript, lambda data: data["facts"])
 
     def summarize_facts(self, facts):
         listing = "\n".join(f"- [{c}] {k}: {v}" for c, k, v in facts)
@@ -338,27 +408,22 @@ class PromptedBackend(ModelBackend):
 
 
     def synthesize_knowledge(self, messages, transcript, summary):
-        def parse(data):
-            if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
-                raise SummaryFormatError('expected {"entries": [...], "relations": [...]}')
-            return data
-
         context = json.dumps(summary.to_json(), ensure_ascii=False) if summary else "{}"
         return self._ask(SYNTHESIZE_KNOWLEDGE, SYNTHESIZE_KNOWLEDGE.system,
-                         f"Summary: {context}\n\nConversation:\n{transcript}", parse)
+                         f"Summary: {context}\n\nConversation:\n{transcript}", lambda data: data)
 
 
 class OllamaBackend(PromptedBackend):
-    """Ollama's `/api/chat` with `format: json`."""
+    """Ollama's `/api/chat` with the answer's schema as `format` (plain `json` for a server
+    that refuses a schema)."""
 
-    def _chat(self, system, user):
-        reply = post_json(
-            self._client, f"{self.config.base_url}/api/chat",
-            {"model": self.model, "stream": False, "format": "json", "options": {"temperature": 0},
-             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]},
-            headers={"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None,
-            retries=self.config.retries, backoff_s=self.config.backoff_s,
-        )
+    def _formats(self, prompt: Prompt) -> list[Any]:
+        return [dict(prompt.schema), "json"]
+
+    def _chat(self, prompt, messages):
+        reply = self._post_with_format(prompt, f"{self.config.base_url}/api/chat", lambda answer_format: {
+            "model": self.model, "stream": False, "format": answer_format, "options": {"temperature": 0},
+            "messages": messages})
         body = reply.body
         try:
             text = body["message"]["content"]
@@ -368,18 +433,20 @@ class OllamaBackend(PromptedBackend):
 
 
 class OpenAIBackend(PromptedBackend):
-    """Any OpenAI-compatible `/v1/chat/completions` with a JSON response format."""
+    """Any OpenAI-compatible `/v1/chat/completions`, the answer's schema as `response_format`
+    `json_schema`; for a server that refuses it, `json_object` with the schema (llama.cpp
+    honours it), then plain `json_object`."""
 
-    def _chat(self, system, user):
+    def _formats(self, prompt: Prompt) -> list[Any]:
+        schema = dict(prompt.schema)
+        return [{"type": "json_schema", "json_schema": {"name": prompt.purpose, "schema": schema}},
+                {"type": "json_object", "schema": schema}, {"type": "json_object"}]
+
+    def _chat(self, prompt, messages):
         base = self.config.base_url
         url = f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
-        reply = post_json(
-            self._client, url,
-            {"model": self.model, "temperature": 0, "response_format": {"type": "json_object"},
-             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]},
-            headers={"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None,
-            retries=self.config.retries, backoff_s=self.config.backoff_s,
-        )
+        reply = self._post_with_format(prompt, url, lambda answer_format: {
+            "model": self.model, "temperature": 0, "response_format": answer_format, "messages": messages})
         body = reply.body
         try:
             text = body["choices"][0]["message"]["content"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-RETRY_STATUS = {429, 500, 502, 503, 504}
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
 class HttpCallError(RuntimeError):
@@ -26,14 +26,14 @@ class HttpReply:
 
 
 def post_json(client: httpx.Client, url: str, payload: dict, *, headers: dict | None = None,
-              retries: int = 3, backoff_s: float = 1.0) -> HttpReply:
+              retries: int = 3, backoff_s: float = 1.0, retry_status: frozenset[int] = RETRY_STATUS) -> HttpReply:
     started = time.perf_counter()
     attempt = 0
     while True:
         attempt += 1
         try:
             response = client.post(url, json=payload, headers=headers)
-            if response.status_code in RETRY_STATUS:
+            if response.status_code in retry_status:
                 raise HttpCallError(f"HTTP {response.status_code} from {url}: {response.text[:200]}",
                                     status=response.status_code, retryable=True, attempts=attempt)
             if response.status_code >= 400:

@@ -95,7 +95,7 @@ def default_answer(request: Request, number: int) -> dict:
 
 @dataclass
 class InstantModelServer:
-    answer: Callable[[Request, int], dict] = default_answer
+    answer: Callable[[Request, int], dict | str] = default_answer
     fail: Callable[[Request, int], Fault | None] = lambda request, number: None
     requests: list[Request] = field(default_factory=list)
     dimension: int = 16
@@ -152,7 +152,10 @@ class InstantModelServer:
                 if fault and fault.status:
                     self._send(fault.status, {"error": f"injected {fault.status}"})
                     return
-                content = "this is not json {" if fault and fault.garbage else json.dumps(server.answer(request, number))
+                answer = server.answer(request, number)
+                # an answer given as text is sent as it is (a code fence, a reply that is not JSON)
+                content = "this is not json {" if fault and fault.garbage else (
+                    answer if isinstance(answer, str) else json.dumps(answer))
                 if self.path == "/api/chat":
                     self._send(200, {"model": payload["model"], "message": {"role": "assistant", "content": content},
                                      "done": True, "prompt_eval_count": len(user) // 4, "eval_count": len(content) // 4})

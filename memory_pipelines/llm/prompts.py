@@ -1,20 +1,85 @@
-"""Prompt templates. A prompt's version is a hash of its template, recorded with every call
-and every row it produced, so a changed prompt is visible in lineage."""
+"""Prompt templates and the JSON Schema of each one's answer. A prompt's version is a hash of
+its template and its schema, recorded with every call and every row it produced, so a
+changed prompt is visible in lineage.
+
+The schema is sent to the server (constrained decoding where the server has it) and every
+answer is validated against it before it is used. Lists named in `item_lists` are taken
+item by item: an invalid item there is rejected later with its reason while the rest of the
+answer stands; anything else that breaks the schema makes the answer unusable."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+FACT_SOURCES = ("conversation", "tool_call", "auto_discovery", "user_explicit")
+ENTRY_KINDS = ("fact", "event", "instruction", "insight", "user", "project")
+ENTRY_SCOPES = ("entity", "process", "session", "global")
+
+# What one extracted fact must look like. Unknown fields (a "user_id", say) are ignored:
+# the user always comes from the session.
+FACT_ITEM_SCHEMA = {
+    "type": "object",
+    "required": ["category", "key", "value"],
+    "properties": {
+        "category": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"\w"},
+        "key": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"\w"},
+        "value": {"type": ["string", "number", "boolean"]},
+        "source": {"enum": list(FACT_SOURCES)},
+        "source_context": {"type": ["string", "null"], "maxLength": 2000},
+        "seq": {"type": ["integer", "null"]},
+    },
+}
+ENTRY_SCHEMA = {
+    "type": "object",
+    "required": ["kind", "title", "content"],
+    "properties": {
+        "kind": {"enum": list(ENTRY_KINDS)},
+        "title": {"type": "string", "minLength": 1, "maxLength": 200},
+        "content": {"type": "string", "minLength": 1, "maxLength": 4000},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 60}, "maxItems": 20},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "scope": {"enum": list(ENTRY_SCOPES)},
+        "scope_id": {"type": ["string", "null"], "maxLength": 200},
+        "seq": {"type": ["integer", "null"]},
+    },
+}
+RELATION_SCHEMA = {
+    "type": "object",
+    "required": ["subject", "relation", "object"],
+    "properties": {
+        "subject": {"type": "string", "minLength": 1, "maxLength": 200},
+        "relation": {"type": "string", "minLength": 1, "maxLength": 60, "pattern": r"^\w+$"},
+        "object": {"type": "string", "minLength": 1, "maxLength": 200},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "seq": {"type": ["integer", "null"]},
+    },
+}
+
+
+def _answer(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": properties}
+
+
+_TEXTS = {"type": ["array", "null"], "items": {"type": "string"}}
+_NUMBERS = {"type": "array", "items": {"type": ["integer", "string"]}}
+_SUMMARY_TEXT = _answer(["summary"], summary={"type": "string", "minLength": 1})
 
 
 @dataclass(frozen=True)
 class Prompt:
     purpose: str
     system: str
+    schema: Mapping[str, Any]  # of the answer: sent to the server, checked on every answer
+    item_lists: tuple[str, ...] = field(default=())  # answer lists whose items are judged one by one
 
     @property
     def version(self) -> str:
-        return hashlib.sha256(f"{self.purpose}\n{self.system}".encode()).hexdigest()[:12]
+        schema = json.dumps(self.schema, sort_keys=True)
+        return hashlib.sha256(f"{self.purpose}\n{self.system}\n{schema}".encode()).hexdigest()[:12]
 
 
 JUDGE_SEGMENTS = Prompt("judge_segments", """\
@@ -26,13 +91,17 @@ conversation, or a failed or cancelled turn with no result.
 Anything with information, a decision, a question that was answered or a tool result is
 not noise. Give your confidence from 0 to 1.
 Reply with one JSON object only:
-{"segments": [{"id": "<segment id>", "noise": true|false, "reason": "greeting|thanks|repeated_request|cancelled|failed_no_result|null", "confidence": 0.0-1.0}]}""")
+{"segments": [{"id": "<segment id>", "noise": true|false, "reason": "greeting|thanks|repeated_request|cancelled|failed_no_result|null", "confidence": 0.0-1.0}]}""",
+    _answer(["segments"], segments={"type": "array", "items": _answer(
+        ["id", "noise"], id={"type": ["string", "integer"]}, noise={"type": "boolean"},
+        reason={"type": ["string", "null"]}, confidence={"type": "number", "minimum": 0, "maximum": 1})}))
 
 FIND_OVERTURNED = Prompt("find_overturned", """\
 Below is the previous summary of a conversation, its entries numbered, and new
 conversation segments. Which key_decisions and past_discussions entries do the new
 segments overturn or supersede (a rule the user changed, a choice replaced by another)?
-Reply with one JSON object only: {"overturned": [<entry numbers>]}""")
+Reply with one JSON object only: {"overturned": [<entry numbers>]}""",
+    _answer(["overturned"], overturned=_NUMBERS))
 
 SUMMARIZE = Prompt("summarize", """\
 You keep a rolling summary of a conversation between a user and an assistant. The
@@ -51,13 +120,16 @@ Write every field except the Do:/Don't: prefixes in {language}.
 Previous summary (JSON):
 {previous}
 Reply with one JSON object only:
-{{"key_decisions": [], "past_discussions": [], "current_discussion": "", "keys": [], "language": ""}}""")
+{{"key_decisions": [], "past_discussions": [], "current_discussion": "", "keys": [], "language": ""}}""",
+    _answer([], key_decisions=_TEXTS, past_discussions=_TEXTS, current_discussion={"type": ["string", "null"]},
+            keys=_TEXTS, language={"type": ["string", "null"]}))
 
 SELECT_RELEVANT = Prompt("select_relevant", """\
 Below are the numbered entries of a conversation summary and the user's next request.
 Which entries are relevant to the request? General rules about language, format or
 workflow always count as relevant.
-Reply with one JSON object only: {"relevant": [<entry numbers>]}""")
+Reply with one JSON object only: {"relevant": [<entry numbers>]}""",
+    _answer(["relevant"], relevant=_NUMBERS))
 
 EXTRACT_FACTS = Prompt("extract_facts", """\
 Extract stable facts about the user from the conversation below: who they are, where
@@ -67,12 +139,14 @@ with its message number in brackets. Skip small talk and anything temporary.
 Reply with one JSON object only: {"facts": [{"category": "identity|preferences|work|tools|environment|decisions|...",
 "key": "snake_case_name", "value": "...", "source": "user_explicit|tool_call|auto_discovery|conversation",
 "source_context": "a short quote it came from", "seq": <message number>}]}
-The facts are about the user this conversation belongs to, whatever the conversation says.""")
+The facts are about the user this conversation belongs to, whatever the conversation says.""",
+    _answer(["facts"], facts={"type": "array", "items": FACT_ITEM_SCHEMA}), ("facts",))
 
 SUMMARIZE_FACTS = Prompt("summarize_facts", """\
 Write a short narrative (at most 8 sentences) of what is known about the user, from the
 facts below, grouped by theme; prefer newer facts. Reply with one JSON object only:
-{"summary": "..."}""")
+{"summary": "..."}""",
+    _SUMMARY_TEXT)
 
 SYNTHESIZE_KNOWLEDGE = Prompt("synthesize_knowledge", """\
 Distill durable knowledge from the conversation below (numbered lines) and its summary.
@@ -84,9 +158,13 @@ confidence from 0 to 1; scope is "entity" (about this user, the default), "sessi
 data). Also list relations between entities as (subject, relation, object), "user" being
 the person. Reply with one JSON object only:
 {"entries": [{"kind": "...", "title": "...", "content": "...", "tags": [], "confidence": 0.0, "scope": "entity", "seq": <line number>}],
- "relations": [{"subject": "...", "relation": "snake_case", "object": "...", "confidence": 0.0, "seq": <line number>}]}""")
+ "relations": [{"subject": "...", "relation": "snake_case", "object": "...", "confidence": 0.0, "seq": <line number>}]}""",
+    _answer(["entries"], entries={"type": "array", "items": ENTRY_SCHEMA},
+            relations={"type": "array", "items": RELATION_SCHEMA}),
+    ("entries", "relations"))
 
 SUMMARIZE_NODE = Prompt("summarize_node", """\
 Condense the summaries below, of consecutive parts of one user's conversation history (one
 per line, oldest first), into one summary of at most three sentences that keeps the names,
-numbers and decisions they hold. Reply with one JSON object only: {"summary": "..."}""")
+numbers and decisions they hold. Reply with one JSON object only: {"summary": "..."}""",
+    _SUMMARY_TEXT)

@@ -1,9 +1,10 @@
 -- name: insert_llm_call
 INSERT INTO llm_calls (run_id, asset, partition_key, session_id, purpose, backend, model, prompt_version,
-                       input_tokens, output_tokens, tokens_estimated, latency_ms, attempts, status, error, cost_usd)
+                       input_tokens, output_tokens, tokens_estimated, latency_ms, attempts, status, error, cost_usd,
+                       schema_retried)
 VALUES (%(run_id)s, %(asset)s, %(partition_key)s, %(session_id)s, %(purpose)s, %(backend)s, %(model)s,
         %(prompt_version)s, %(input_tokens)s, %(output_tokens)s, %(tokens_estimated)s, %(latency_ms)s,
-        %(attempts)s, %(status)s, %(error)s, %(cost_usd)s);
+        %(attempts)s, %(status)s, %(error)s, %(cost_usd)s, %(schema_retried)s);
 
 -- name: run_tokens_spent
 SELECT coalesce(sum(input_tokens + output_tokens), 0)::bigint FROM llm_calls WHERE run_id = %(run_id)s;
@@ -181,9 +182,11 @@ SELECT pg_advisory_unlock(hashtext('memory_pipelines.session'), hashtext(session
 FROM unnest(%(session_ids)s::text[]) AS s(session_id);
 
 -- name: model_usage_by_purpose
--- Calls that went to a model (the rules back end is not one), per task: calls, input and output tokens.
-SELECT purpose, count(*), sum(input_tokens)::bigint, sum(output_tokens)::bigint FROM llm_calls
-WHERE backend <> 'rules' GROUP BY 1 ORDER BY 1;
+-- Calls that went to a model (the rules back end is not one), per task: calls, input and output
+-- tokens, calls whose first answer broke the schema and was asked again, calls that failed.
+SELECT purpose, count(*), sum(input_tokens)::bigint, sum(output_tokens)::bigint,
+       count(*) FILTER (WHERE schema_retried), count(*) FILTER (WHERE status <> 'ok')
+FROM llm_calls WHERE backend <> 'rules' GROUP BY 1 ORDER BY 1;
 
 -- name: summarized_session_days
 -- The (session, day) pairs a summary version was written for: the unit model calls are counted against.

@@ -39,12 +39,14 @@ def test_summarize_speaks_the_protocol_and_reports_tokens(kind, server):
     backend = _backend(kind, server, api_key="sk-test" if kind == "openai" else None)
     summary, call = backend.summarize(Summary(), _messages(), "en")
     [request] = server.requests
+    # the answer's JSON Schema goes to the server, as each protocol takes one
     if kind == "ollama":
-        assert request.path == "/api/chat" and request.payload["format"] == "json"
+        assert request.path == "/api/chat" and request.payload["format"] == SUMMARIZE.schema
         assert request.payload["stream"] is False
     else:
         assert request.path == "/v1/chat/completions"
-        assert request.payload["response_format"] == {"type": "json_object"}
+        assert request.payload["response_format"] == {
+            "type": "json_schema", "json_schema": {"name": "summarize", "schema": SUMMARIZE.schema}}
     assert request.payload["model"] == "test-model"
     assert "User: Let's use port 9090." in request.user
     assert summary.current_discussion.startswith("chunk ")
@@ -57,19 +59,76 @@ def test_summarize_speaks_the_protocol_and_reports_tokens(kind, server):
 @pytest.mark.parametrize("fault", [Fault(status=500), Fault(status=429), Fault(status=503), Fault(close=True),
                                    Fault(delay_s=3.0)])
 def test_transient_faults_are_retried(kind, fault, server):
-    server.fail = lambda request, number: fault if number == 1 else None
-    _, call = _backend(kind, server).judge_segments(cut_segments(_messages()))
+    backend = _backend(kind, server)
+    backend.judge_segments(cut_segments(_messages()))  # the answer format is settled (a 500 before is a refusal)
+    server.fail = lambda request, number: fault if number == 2 else None
+    _, call = backend.judge_segments(cut_segments(_messages()))
     assert call.status == "ok" and call.attempts == 2
-    assert len(server.requests) == 2
+    assert len(server.requests) == 3
 
 
 @pytest.mark.parametrize("kind", ["ollama", "openai"])
 def test_client_errors_are_not_retried(kind, server):
+    backend = _backend(kind, server)
+    backend.summarize(Summary(), _messages(), "en")  # the server took the schema: the format is settled
     server.fail = lambda request, number: Fault(status=400)
     with pytest.raises(ModelError) as failure:
-        _backend(kind, server).summarize(Summary(), _messages(), "en")
+        backend.summarize(Summary(), _messages(), "en")
     assert failure.value.call.status == "error" and "400" in failure.value.call.error
-    assert len(server.requests) == 1
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("refusal", [400, 422, 500])
+def test_a_server_that_refuses_json_schema_gets_the_schema_in_json_object(refusal, server):
+    server.fail = lambda request, number: (
+        Fault(status=refusal) if request.payload["response_format"]["type"] == "json_schema" else None)
+    backend = _backend("openai", server)
+    summary, call = backend.summarize(Summary(), _messages(), "en")
+    assert call.status == "ok" and summary.current_discussion.startswith("chunk ") and call.attempts == 2
+    refused, taken = server.requests
+    assert refused.payload["response_format"]["type"] == "json_schema"
+    assert taken.payload["response_format"] == {"type": "json_object", "schema": SUMMARIZE.schema}
+    backend.summarize(Summary(), _messages(), "en")
+    assert len(server.requests) == 3  # settled: the refused format is not tried again
+    assert server.requests[-1].payload["response_format"]["type"] == "json_object"
+
+
+def test_a_transient_fault_while_finding_the_format_is_retried_not_taken_for_a_refusal(server):
+    server.fail = lambda request, number: Fault(status=503) if number == 1 else None
+    _, call = _backend("openai", server).summarize(Summary(), _messages(), "en")
+    assert call.status == "ok" and call.attempts == 2
+    assert [r.payload["response_format"]["type"] for r in server.requests] == ["json_schema", "json_schema"]
+
+
+@pytest.mark.parametrize("kind", ["ollama", "openai"])
+def test_an_answer_that_breaks_the_schema_is_asked_again_once_with_the_reason(kind, server):
+    good = server.answer
+    server.answer = lambda request, number: {"overturned": "none"} if number == 1 else good(request, number)
+    backend = _backend(kind, server)
+    overturned, call = backend.find_overturned(Summary(key_decisions=("Do: x",)), _messages())
+    assert overturned == set() and call.status == "ok" and call.schema_retried
+    first, again = server.requests
+    said = again.payload["messages"]
+    assert [m["role"] for m in said] == ["system", "user", "assistant", "user"]
+    assert said[2]["content"] == '{"overturned": "none"}'
+    assert "overturned: 'none' is not of type 'array'" in said[3]["content"]
+    # the call's tokens are both requests'
+    assert call.input_tokens == len(first.user) // 4 + len(again.user) // 4
+
+
+def test_an_answer_in_a_code_fence_is_read(server):
+    server.answer = lambda request, number: '```json\n{"summary": "two facts"}\n```'
+    text, call = _backend("openai", server).summarize_facts([("work", "employer", "Acme")])
+    assert text == "two facts" and call.status == "ok" and not call.schema_retried
+
+
+def test_invalid_fact_items_do_not_cost_a_retry(server):
+    server.answer = lambda request, number: {"facts": [
+        {"category": "work", "key": "employer", "value": "Acme", "seq": 1},
+        {"category": "work", "value": "no key"}]}
+    items, call = _backend("ollama", server).extract_facts(_messages(), "[1] User: I work at Acme.")
+    assert call.status == "ok" and not call.schema_retried and len(server.requests) == 1
+    assert len(items) == 2  # the item without a key is rejected later, with its reason, by the caller
 
 
 def test_retries_run_out(server):
@@ -84,8 +143,10 @@ def test_unparsable_answers_raise_with_the_call_recorded(kind, server):
     server.fail = lambda request, number: Fault(garbage=True)
     with pytest.raises(ModelError) as failure:
         _backend(kind, server).summarize(Summary(), _messages(), "en")
-    assert failure.value.call.status == "unparsable"
-    assert len(server.requests) == 1  # a parse failure is not a transport fault: no retry
+    assert failure.value.call.status == "unparsable" and failure.value.call.schema_retried
+    # not a transport fault: no HTTP retry, but the model is asked once more, told what was wrong
+    assert len(server.requests) == 2
+    assert "Your reply could not be used" in server.requests[1].payload["messages"][-1]["content"]
 
 
 def test_a_summary_that_is_not_an_object_is_unparsable(server):

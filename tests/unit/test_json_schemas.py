@@ -10,11 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_pipelines.facts import ITEM_SCHEMA
 from memory_pipelines.json_schemas import JsonSchema
-from memory_pipelines.knowledge import ENTRY_SCHEMA, RELATION_SCHEMA
+from memory_pipelines.llm.prompts import ENTRY_SCHEMA, FACT_ITEM_SCHEMA, RELATION_SCHEMA
 
-SCHEMAS = {"fact": ITEM_SCHEMA, "entry": ENTRY_SCHEMA, "relation": RELATION_SCHEMA}
+SCHEMAS = {"fact": FACT_ITEM_SCHEMA, "entry": ENTRY_SCHEMA, "relation": RELATION_SCHEMA}
 
 # text that probes the places where the two validators' rules differ: non-ASCII word
 # characters against a `\w` pattern, astral characters against a length
@@ -63,7 +62,7 @@ def test_accepts_exactly_what_jsonschema_accepts(name, data):
 
 def test_valid_and_invalid_answers_both_occur():
     # the property above is only worth something if both sides of it are reached
-    schema = JsonSchema(ITEM_SCHEMA)
+    schema = JsonSchema(FACT_ITEM_SCHEMA)
     assert schema.first_error({"category": "tool", "key": "editor", "value": "vim", "seq": 3}) is None
     error = schema.first_error({"category": "日本", "key": "editor", "value": float("nan"), "seq": 1.5})
     assert error is not None and "1.5" in error.message
