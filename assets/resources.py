@@ -84,6 +84,7 @@ class ModelResource(dg.ConfigurableResource):
     output_usd_per_mtok: float | None = None
     token_budget: int = ModelConfig.token_budget
     batch_tokens: int = ModelConfig.batch_tokens
+    share: str = ModelConfig.share
     # the settings that configure it (MEMORY_LLM or MEMORY_DECISION), for failure messages
     settings_prefix: str = "MEMORY_LLM"
 

@@ -27,6 +27,7 @@ SAMPLE_TRANSCRIPTS = PACKAGE_DIR / "sample_data" / "transcripts"
 SAMPLE_BAD_INPUT = PACKAGE_DIR / "sample_data" / "bad_input"
 
 LLM_BACKENDS = ("ollama", "openai", "rules")
+JUDGING_SHARES = ("day", "user", "session")  # what one noise-judging call may hold
 EMBED_BACKENDS = ("ollama", "openai", "local", "hashing")
 CONSENT_BASES = ("legitimate_interest", "consent", "legal_obligation", "vital_interest", "public_task", "not_set")
 # The highest score navra's formula gives memory nobody searched: importance (at most 1)
@@ -227,6 +228,9 @@ def _model_specs(prefix: str, inherits: bool) -> list[Spec]:
         Spec(f"{prefix}_CONCURRENCY", integer(1, 64), None if inherits else 1, "sessions in parallel", derived=same),
         Spec(f"{prefix}_BATCH_TOKENS", integer(0), None if inherits else 8000,
              "estimated prompt tokens of one noise-judging call (0: one call per session)", derived=same),
+        Spec(f"{prefix}_SHARE", choice(*JUDGING_SHARES), None if inherits else "day",
+             "what one noise-judging call may hold: a day's sessions of any users (day), of one user (user), "
+             "or one session (session)", derived=same),
     ]
 
 

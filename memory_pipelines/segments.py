@@ -84,15 +84,24 @@ def judge_session(segments: Sequence[Segment], backend: ModelBackend) -> Session
 MAX_SEGMENTS_PER_CALL = 100
 
 
-def pack_sessions(sessions: Sequence[Sequence[Segment]], batch_tokens: int) -> list[list[Sequence[Segment]]]:
+def pack_sessions(sessions: Sequence[Sequence[Segment]], batch_tokens: int,
+                  share: str = "day") -> list[list[Sequence[Segment]]]:
     """Consecutive sessions grouped into judging calls of at most `batch_tokens` prompt
     tokens (estimated) and MAX_SEGMENTS_PER_CALL segments; a session is never split, and one
-    larger than the limit gets a call of its own. 0 tokens: one session per call."""
+    larger than the limit gets a call of its own. 0 tokens or `share` "session": one session
+    per call; `share` "user": a call holds one user's sessions only (they are grouped by
+    user first, in order of each user's first session)."""
+    if share == "user":
+        by_user: dict[str, list[Sequence[Segment]]] = {}
+        for segments in sessions:
+            by_user.setdefault(segments[0].messages[0].user_id, []).append(segments)
+        return [batch for own in by_user.values() for batch in pack_sessions(own, batch_tokens)]
     batches: list[list[Sequence[Segment]]] = []
     tokens = count = 0
     for segments in sessions:
         size = sum(estimate_tokens(render_transcript(s.messages)) for s in segments)
-        if not batches or tokens + size > batch_tokens or count + len(segments) > MAX_SEGMENTS_PER_CALL:
+        if (not batches or share == "session" or tokens + size > batch_tokens
+                or count + len(segments) > MAX_SEGMENTS_PER_CALL):
             batches.append([])
             tokens = count = 0
         batches[-1].append(segments)

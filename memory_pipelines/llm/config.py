@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memory_pipelines.config import LLM_BACKENDS as BACKENDS
-from memory_pipelines.config import SPECS, ConfigError, setting
+from memory_pipelines.config import JUDGING_SHARES, SPECS, ConfigError, setting
 from memory_pipelines.llm.pricing import Price, configured_price
 
 DEFAULT_MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini", "rules": "rules-v1"}
@@ -20,7 +20,7 @@ DEFAULT_URLS = {"ollama": "http://127.0.0.1:11434", "openai": "https://api.opena
 # the settings suffix (MEMORY_LLM_<suffix>, MEMORY_DECISION_<suffix>) of each field
 FIELD_BY_SUFFIX = {"BACKEND": "backend", "BASE_URL": "base_url", "MODEL": "model", "API_KEY": "api_key",
                    "TIMEOUT": "timeout_s", "RETRIES": "retries", "BACKOFF": "backoff_s",
-                   "CONCURRENCY": "concurrency", "BATCH_TOKENS": "batch_tokens"}
+                   "CONCURRENCY": "concurrency", "BATCH_TOKENS": "batch_tokens", "SHARE": "share"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class ModelConfig:
     token_budget: int = SPECS["MEMORY_RUN_TOKEN_BUDGET"].default
     # prompt tokens (estimated) of one call that judges several sessions' segments; 0: a call per session
     batch_tokens: int = SPECS["MEMORY_LLM_BATCH_TOKENS"].default
+    # whose sessions one judging call may hold: a day's of any users, one user's, or one session
+    share: str = SPECS["MEMORY_LLM_SHARE"].default
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -48,6 +50,8 @@ class ModelConfig:
             raise ConfigError("model timeout must be > 0, retries >= 0, backoff >= 0, concurrency >= 1")
         if self.batch_tokens < 0:
             raise ConfigError("model BATCH_TOKENS must be >= 0 (0: one session per call)")
+        if self.share not in JUDGING_SHARES:
+            raise ConfigError(f"model SHARE must be one of {', '.join(JUDGING_SHARES)}, got {self.share!r}")
         if self.token_budget < 0:
             raise ConfigError("MEMORY_RUN_TOKEN_BUDGET must be >= 0 (0: no limit)")
 
@@ -83,6 +87,7 @@ class ModelConfig:
             output_usd_per_mtok=price.output_usd_per_mtok if price else None,
             token_budget=setting("MEMORY_RUN_TOKEN_BUDGET"),
             batch_tokens=get("BATCH_TOKENS"),
+            share=get("SHARE"),
         )
 
 

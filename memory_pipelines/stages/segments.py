@@ -96,8 +96,8 @@ def ensure_judged(conn: psycopg.Connection, days: Sequence[tuple[str, str, Seque
 
 def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Backends) -> StageReport[SegmentCounts]:
     """Every non-temp session's segments of each day, judged. The sessions whose judgement
-    is not current share calls (`batch_tokens` of the decision model's configuration): a
-    segment is short, and a call per session is most of the cost."""
+    is not current share calls (`batch_tokens` and `share` of the decision model's
+    configuration): a segment is short, and a call per session is most of the cost."""
     judge = backends.judge
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
@@ -133,6 +133,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
                             part.merge(store_judgement(conn, key, judgement, judge, ctx))
             return part
 
-        run_parallel(pack_sessions(pending, judge.config.batch_tokens), judge_batch, report, settings.concurrency)
+        batches = pack_sessions(pending, judge.config.batch_tokens, judge.config.share)
+        run_parallel(batches, judge_batch, report, settings.concurrency)
         report.counts.sessions += len(by_session)
     return report

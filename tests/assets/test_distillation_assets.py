@@ -3,6 +3,7 @@ with the rules back end and with a real HTTP model server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from datetime import date, timedelta
 
@@ -151,6 +152,27 @@ def test_a_days_sessions_share_judging_calls_and_a_left_out_session_is_judged_ag
     assert len(again) == 1 and again[0].user.count("## conversation ") == 1 and f"conversation {session}\n" in \
         again[0].user
     assert one(database_url, "SELECT count(*) FROM conversation_segments WHERE judge_status = 'failed'") == 0
+
+
+@pytest.mark.parametrize("share", ["day", "user", "session"])
+def test_decision_share_bounds_whose_sessions_one_judging_call_holds(database_url, server, share):
+    resources = pipeline_resources(database_url, SAMPLE_TRANSCRIPTS, decision=ollama(server, share=share))
+    materialize_partitions([transcripts, conversation_segments], DAYS, database_url, SAMPLE_TRANSCRIPTS,
+                           resources=resources)
+    owner = dict(rows(database_url, "SELECT session_id, user_id FROM sessions"))
+    held = [{owner[s] for s in re.findall(r"^## conversation (\S+)$", r.user, re.MULTILINE)}
+            for r in server.by_purpose("judge_segments")]
+    sessions = [r.user.count("## conversation ") for r in server.by_purpose("judge_segments")]
+    judged = one(database_url, "SELECT count(DISTINCT (session_id, partition_key)) FROM conversation_segments")
+    assert sum(sessions) == judged > 0  # every session-day asked about once
+    if share == "day":  # the sample's days hold several users: the default mixes them
+        assert max(len(users) for users in held) > 1
+    elif share == "user":  # one call per user-day (the pure test shows a user's sessions sharing one)
+        user_days = one(database_url, "SELECT count(DISTINCT (s.user_id, c.partition_key)) FROM conversation_segments c "
+                                      "JOIN sessions s USING (session_id)")
+        assert all(len(users) == 1 for users in held) and len(held) == user_days
+    else:
+        assert set(sessions) == {1}
 
 
 def fail_third_chunk(server: FakeModelServer, fault: Fault, *, every_attempt: bool):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -124,6 +125,18 @@ def test_sessions_are_packed_into_calls_by_tokens_and_segments():
     assert [len(b) for b in pack_sessions([short[0], big, short[1]], 600)] == [1, 1, 1]
     many = cut_segments([msg(i, "user", "again?") for i in range(1, MAX_SEGMENTS_PER_CALL)])
     assert [len(b) for b in pack_sessions([many, short[0], short[1]], 10**6)] == [2, 1]
+
+
+def test_sessions_share_calls_by_day_user_or_not_at_all():
+    def session(name: str, user: str):
+        return cut_segments([replace(msg(1, "user", f"question {name}", session=name), user_id=user)])
+
+    sessions = [session("a1", "ann"), session("b1", "bob"), session("a2", "ann"), session("b2", "bob")]
+    owners = lambda batches: [[s[0].messages[0].user_id for s in batch] for batch in batches]  # noqa: E731
+    assert owners(pack_sessions(sessions, 8000)) == [["ann", "bob", "ann", "bob"]]
+    # one user's sessions only, grouped by user in order of each user's first session
+    assert owners(pack_sessions(sessions, 8000, "user")) == [["ann", "ann"], ["bob", "bob"]]
+    assert owners(pack_sessions(sessions, 8000, "session")) == [["ann"], ["bob"], ["ann"], ["bob"]]
 
 
 # --- rules summaries --------------------------------------------------------------------
