@@ -154,9 +154,10 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
 
 def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Backends) -> StageReport[FactCounts]:
     """For each day: every session stale as of the day's end and not yet extracted through
-    its last activity (a gap before the window is caught up), then the memory_summary of
-    every user whose facts it touched or whose summary is behind their facts (an earlier
-    rewrite failed)."""
+    its last activity (a gap before the window is caught up). Then, once for the run, the
+    memory_summary of every user whose facts it touched or whose summary is behind their
+    facts (an earlier rewrite failed): a user's summary is written at most once a run, from
+    their facts as the run leaves them (what a run per day ends with too)."""
     extractor = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
@@ -173,12 +174,11 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
         for batch in session_batches(due, extractor, settings.concurrency):
             extracted.merge(_extract_batch(pool, batch, key, day.end, extractor, ctx, settings.concurrency))
         report.merge(extracted)
-        with pool.connection() as conn:
-            outdated = repository.users_with_outdated_memory_summary(conn)
-        refreshed = refresh_memory_summaries(pool, sorted(extracted.users | set(outdated)), extractor, ctx, key,
-                                             settings.concurrency)
-        report.merge(refreshed)
-        retry = bool(extracted.failures or refreshed.failures)
+        retry = bool(extracted.failures)
+    with pool.connection() as conn:
+        outdated = repository.users_with_outdated_memory_summary(conn)
+    report.merge(refresh_memory_summaries(pool, sorted(report.users | set(outdated)), extractor, ctx, window.last,
+                                          settings.concurrency))
     report.counts.users_touched = len(report.users)
     report.check_scope = {"user_ids": sorted(report.users)}
     return report
