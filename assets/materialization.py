@@ -24,6 +24,8 @@ def call_metadata(report: StageReport) -> dict:
         "model_calls": len(calls),
         "model_calls_failed": sum(1 for c in calls if c.status != "ok"),
         "model_calls_over_budget": sum(c.budget_reached for c in calls),
+        # answers that broke their prompt's schema and were asked again once
+        "model_calls_schema_retried": sum(c.schema_retried for c in calls),
         "input_tokens": sum(c.input_tokens for c in calls),
         "output_tokens": sum(c.output_tokens for c in calls),
         "estimated_cost_usd": round(sum(c.cost_usd for c in calls if c.cost_usd is not None), 6),

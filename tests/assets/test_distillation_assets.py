@@ -17,7 +17,9 @@ from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.segments import MISSING_VERDICT
 from tests.fakes import FakeModelServer, Fault, default_answer
-from tests.helpers import content_fingerprints, materialize_partitions, materialize_range, pipeline_resources
+from tests.helpers import (
+    content_fingerprints, materialization_metadata, materialize_partitions, materialize_range, pipeline_resources,
+)
 
 PIPELINE = [transcripts, conversation_segments, session_summaries]
 DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
@@ -152,6 +154,20 @@ def test_a_days_sessions_share_judging_calls_and_a_left_out_session_is_judged_ag
     assert len(again) == 1 and again[0].user.count("## conversation ") == 1 and f"conversation {session}\n" in \
         again[0].user
     assert one(database_url, "SELECT count(*) FROM conversation_segments WHERE judge_status = 'failed'") == 0
+
+
+def test_a_summary_answer_that_breaks_its_schema_is_asked_again_and_counted(database_url, server, tmp_path):
+    folder = tmp_path / "t"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "dmitri", folder)
+    server.fail = lambda request, number: Fault(garbage=True) if request.purpose == "summarize" and not any(
+        r.purpose == "summarize" for r in server.requests[:number - 1]) else None
+    results = materialize_partitions(PIPELINE, DAYS, database_url, folder,
+                                     resources=pipeline_resources(database_url, folder, llm=ollama(server)))
+    retried = [materialization_metadata(r, "session_summaries")["model_calls_schema_retried"] for r in results]
+    assert sum(retried) == 1
+    assert rows(database_url, "SELECT purpose, status, attempts FROM llm_calls WHERE schema_retried") == [
+        ("summarize", "ok", 2)]
+    assert one(database_url, "SELECT count(*) FROM llm_calls WHERE status <> 'ok'") == 0
 
 
 @pytest.mark.parametrize("share", ["day", "user", "session"])
