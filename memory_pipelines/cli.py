@@ -343,6 +343,42 @@ def cmd_bench_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_models(args: argparse.Namespace) -> int:
+    from memory_pipelines import bench_models
+    from memory_pipelines.llm import ModelConfig, build_backend
+    from memory_pipelines.llm.probe import ModelServerUnreachable, model_server, probe
+
+    if args.sessions < 1:
+        raise UsageError(f"--sessions must be at least 1, got {args.sessions}")
+    try:
+        config = ModelConfig(backend=args.backend, base_url=args.base_url.rstrip("/"), model=args.model,
+                             timeout_s=args.timeout, retries=1, backoff_s=1.0)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        probe([model_server(config.backend, config.base_url, "MEMORY_LLM", "rules")])
+    except ModelServerUnreachable as exc:
+        raise CliError(f"model server {config.base_url} unreachable ({exc.cause}): start it or fix --base-url") from None
+    backend = build_backend(config)
+    sessions = bench_models.sample_sessions(args.sessions)
+    outcomes = []
+    try:
+        for number, messages in enumerate(sessions, start=1):
+            print(f"session {number}/{len(sessions)}: {messages[0].session_id} ({len(messages)} messages)",
+                  file=sys.stderr, flush=True)
+            outcomes += bench_models.run_session(backend, messages)
+    finally:
+        backend.close()
+    rows = bench_models.figures(outcomes)
+    if args.json:
+        print(json.dumps({"model": args.model, "base_url": config.base_url, "sessions": len(sessions),
+                          "target_valid_rate": bench_models.VALID_TARGET,
+                          "purposes": [r.to_json() for r in rows]}, indent=2))
+    else:
+        print(bench_models.markdown(rows, f"{args.backend}/{args.model}", len(sessions)))
+    return 0
+
+
 def cmd_bench_backfill(args: argparse.Namespace) -> int:
     from assets.benchmarks import run_backfill_benchmark
     from memory_pipelines import bench
@@ -1093,6 +1129,17 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--long-days", type=int, default=720, help="default 720")
     backfill.add_argument("--json", action="store_true")
     backfill.set_defaults(func=cmd_bench_backfill)
+    models = kinds.add_parser(
+        "models", help="every prompt against a real model server: schema-valid answers on the first try, after the "
+                       "one retry, failed; latency p50/p95 and tokens per purpose, over the sample's longest sessions")
+    models.add_argument("--base-url", required=True, help="the server, e.g. http://127.0.0.1:8080/v1 (llama.cpp)")
+    models.add_argument("--model", required=True, help="the model name the server answers to")
+    models.add_argument("--backend", choices=("openai", "ollama"), default="openai",
+                        help="the protocol (default openai: llama.cpp, vLLM, LM Studio, hosted APIs)")
+    models.add_argument("--sessions", type=int, default=3, help="sample sessions, each through every prompt (default 3)")
+    models.add_argument("--timeout", type=float, default=300.0, help="seconds per call (default 300: small CPU models)")
+    models.add_argument("--json", action="store_true")
+    models.set_defaults(func=cmd_bench_models)
     search_bench = kinds.add_parser(
         "search", help="search latency (p50/p95/p99) and vector recall@10 on a synthetic database of its own")
     search_bench.add_argument("--users", type=int, default=1_000, help="default 1,000")
