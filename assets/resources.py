@@ -85,6 +85,7 @@ class ModelResource(dg.ConfigurableResource):
     token_budget: int = ModelConfig.token_budget
     batch_tokens: int = ModelConfig.batch_tokens
     share: str = ModelConfig.share
+    max_output_tokens: int = ModelConfig.max_output_tokens
     # the settings that configure it (MEMORY_LLM or MEMORY_DECISION), for failure messages
     settings_prefix: str = "MEMORY_LLM"
 

@@ -228,6 +228,8 @@ def _model_specs(prefix: str, inherits: bool) -> list[Spec]:
         Spec(f"{prefix}_CONCURRENCY", integer(1, 64), None if inherits else 1, "sessions in parallel", derived=same),
         Spec(f"{prefix}_BATCH_TOKENS", integer(0), None if inherits else 8000,
              "estimated prompt tokens of one noise-judging call (0: one call per session)", derived=same),
+        Spec(f"{prefix}_MAX_OUTPUT_TOKENS", integer(16), None if inherits else 2048,
+             "the most tokens one answer may have (a small model can run on without end)", derived=same),
         Spec(f"{prefix}_SHARE", choice(*JUDGING_SHARES), None if inherits else "day",
              "what one noise-judging call may hold: a day's sessions of any users (day), of one user (user), "
              "or one session (session)", derived=same),

@@ -422,8 +422,8 @@ class OllamaBackend(PromptedBackend):
 
     def _chat(self, prompt, messages):
         reply = self._post_with_format(prompt, f"{self.config.base_url}/api/chat", lambda answer_format: {
-            "model": self.model, "stream": False, "format": answer_format, "options": {"temperature": 0},
-            "messages": messages})
+            "model": self.model, "stream": False, "format": answer_format,
+            "options": {"temperature": 0, "num_predict": self.config.max_output_tokens}, "messages": messages})
         body = reply.body
         try:
             text = body["message"]["content"]
@@ -446,7 +446,8 @@ class OpenAIBackend(PromptedBackend):
         base = self.config.base_url
         url = f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
         reply = self._post_with_format(prompt, url, lambda answer_format: {
-            "model": self.model, "temperature": 0, "response_format": answer_format, "messages": messages})
+            "model": self.model, "temperature": 0, "max_tokens": self.config.max_output_tokens,
+            "response_format": answer_format, "messages": messages})
         body = reply.body
         try:
             text = body["choices"][0]["message"]["content"]

@@ -20,7 +20,8 @@ DEFAULT_URLS = {"ollama": "http://127.0.0.1:11434", "openai": "https://api.opena
 # the settings suffix (MEMORY_LLM_<suffix>, MEMORY_DECISION_<suffix>) of each field
 FIELD_BY_SUFFIX = {"BACKEND": "backend", "BASE_URL": "base_url", "MODEL": "model", "API_KEY": "api_key",
                    "TIMEOUT": "timeout_s", "RETRIES": "retries", "BACKOFF": "backoff_s",
-                   "CONCURRENCY": "concurrency", "BATCH_TOKENS": "batch_tokens", "SHARE": "share"}
+                   "CONCURRENCY": "concurrency", "BATCH_TOKENS": "batch_tokens", "SHARE": "share",
+                   "MAX_OUTPUT_TOKENS": "max_output_tokens"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class ModelConfig:
     batch_tokens: int = SPECS["MEMORY_LLM_BATCH_TOKENS"].default
     # whose sessions one judging call may hold: a day's of any users, one user's, or one session
     share: str = SPECS["MEMORY_LLM_SHARE"].default
+    # the most tokens one answer may have: a small model's runaway answer ends there (and is
+    # then not valid JSON: asked again once, then failed) instead of at the timeout
+    max_output_tokens: int = SPECS["MEMORY_LLM_MAX_OUTPUT_TOKENS"].default
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -50,6 +54,8 @@ class ModelConfig:
             raise ConfigError("model timeout must be > 0, retries >= 0, backoff >= 0, concurrency >= 1")
         if self.batch_tokens < 0:
             raise ConfigError("model BATCH_TOKENS must be >= 0 (0: one session per call)")
+        if self.max_output_tokens < 16:
+            raise ConfigError("model MAX_OUTPUT_TOKENS must be >= 16")
         if self.share not in JUDGING_SHARES:
             raise ConfigError(f"model SHARE must be one of {', '.join(JUDGING_SHARES)}, got {self.share!r}")
         if self.token_budget < 0:
@@ -88,6 +94,7 @@ class ModelConfig:
             token_budget=setting("MEMORY_RUN_TOKEN_BUDGET"),
             batch_tokens=get("BATCH_TOKENS"),
             share=get("SHARE"),
+            max_output_tokens=get("MAX_OUTPUT_TOKENS"),
         )
 
 

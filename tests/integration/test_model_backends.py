@@ -42,11 +42,12 @@ def test_summarize_speaks_the_protocol_and_reports_tokens(kind, server):
     # the answer's JSON Schema goes to the server, as each protocol takes one
     if kind == "ollama":
         assert request.path == "/api/chat" and request.payload["format"] == SUMMARIZE.schema
-        assert request.payload["stream"] is False
+        assert request.payload["stream"] is False and request.payload["options"]["num_predict"] == 2048
     else:
         assert request.path == "/v1/chat/completions"
         assert request.payload["response_format"] == {
             "type": "json_schema", "json_schema": {"name": "summarize", "schema": SUMMARIZE.schema}}
+        assert request.payload["max_tokens"] == 2048
     assert request.payload["model"] == "test-model"
     assert "User: Let's use port 9090." in request.user
     assert summary.current_discussion.startswith("chunk ")
