@@ -101,13 +101,13 @@ def run_session(backend: PromptedBackend, messages: Sequence[Message]) -> list[_
     _ask(outcomes, lambda: backend.find_overturned(summary, messages[-4:]))
     _ask(outcomes, lambda: backend.select_relevant(summary, RELEVANCE_REQUEST))
     transcript = render_for_extraction(messages)
+    facts: list[tuple[str, str, str]] = []
 
     def facts_kept(items: Any) -> tuple[int, int]:
         accepted, rejected = validate_items(items, messages)
         facts.extend((c.category, c.key, str(c.value)) for c in accepted)
         return len(accepted), len(rejected)
 
-    facts: list[tuple[str, str, str]] = []
     _ask(outcomes, lambda: backend.extract_facts(messages, transcript), facts_kept)
     listed = facts or [("notes", "topic", summary.current_discussion or messages[0].content[:200])]
     _ask(outcomes, lambda: backend.summarize_facts(listed))
@@ -117,8 +117,8 @@ def run_session(backend: PromptedBackend, messages: Sequence[Message]) -> list[_
         return len(entries) + len(relations), len(problems)
 
     _ask(outcomes, lambda: backend.synthesize_knowledge(messages, transcript, summary), knowledge_kept)
-    parts = [*summary.past_discussions, summary.current_discussion] or [messages[0].content[:300]]
-    _ask(outcomes, lambda: backend.summarize_node([p for p in parts if p] or [messages[0].content[:300]]))
+    parts = [p for p in (*summary.past_discussions, summary.current_discussion) if p] or [messages[0].content[:300]]
+    _ask(outcomes, lambda: backend.summarize_node(parts))
     return outcomes
 
 
