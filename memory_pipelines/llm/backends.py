@@ -8,7 +8,7 @@ import logging
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,7 +19,7 @@ from memory_pipelines.llm.config import ModelConfig
 from memory_pipelines.llm.http import RETRY_STATUS, HttpCallError, HttpReply, post_json
 from memory_pipelines.llm.prompts import (
     EXTRACT_FACTS, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS, SUMMARIZE_NODE,
-    SYNTHESIZE_KNOWLEDGE, Prompt,
+    SYNTHESIZE_KNOWLEDGE, Prompt, judging_schema,
 )
 from memory_pipelines.records import Message, NoiseVerdict, Segment, Summary, SummaryFormatError
 from memory_pipelines.rules import facts as rules_facts
@@ -79,16 +79,18 @@ _ANSWER_SCHEMAS: dict[str, JsonSchema] = {}  # prompt version -> its compiled an
 _ANSWER_FORMATS: dict[tuple[str, str, str], int] = {}  # (back end, server, model) -> the answer format it took
 
 
-def decode_answer(prompt: Prompt, text: str) -> Any:
+def decode_answer(prompt: Prompt, text: str, schema: Mapping[str, Any] | None = None) -> Any:
     """An answer's JSON (a code fence around it taken off: unconstrained models add one),
-    checked against the prompt's schema. Raises ValueError naming the first break, except
-    within the items of the prompt's item lists, which are judged one by one later."""
+    checked against the prompt's schema (or the call's own, `schema`). Raises ValueError
+    naming the first break, except within the items of the prompt's item lists, which are
+    judged one by one later."""
     fenced = _FENCE.match(text)
     data = json.loads(fenced.group(1) if fenced else text)
-    schema = _ANSWER_SCHEMAS.get(prompt.version)
-    if schema is None:
-        schema = _ANSWER_SCHEMAS[prompt.version] = JsonSchema(prompt.schema)
-    for error in schema.errors(data):
+    if schema is not None:
+        validator = JsonSchema(schema)
+    elif (validator := _ANSWER_SCHEMAS.get(prompt.version)) is None:
+        validator = _ANSWER_SCHEMAS[prompt.version] = JsonSchema(prompt.schema)
+    for error in validator.errors(data):
         path = list(error.absolute_path)
         if len(path) >= 2 and path[0] in prompt.item_lists and isinstance(path[1], int):
             continue
@@ -270,15 +272,16 @@ class PromptedBackend(ModelBackend):
         return prompt.version
 
     @abstractmethod
-    def _formats(self, prompt: Prompt) -> list[Any]:
-        """The ways to ask this server for the prompt's schema, most exact first."""
+    def _formats(self, prompt: Prompt, schema: Mapping[str, Any]) -> list[Any]:
+        """The ways to ask this server for an answer by `schema`, most exact first."""
 
-    def _post_with_format(self, prompt: Prompt, url: str, payload: Callable[[Any], dict]) -> HttpReply:
+    def _post_with_format(self, prompt: Prompt, schema: Mapping[str, Any], url: str,
+                          payload: Callable[[Any], dict]) -> HttpReply:
         """POST with the most exact answer format this server takes. Until a format has been
         answered, a refusal moves on to the next one: a client error other than 429, or a 500
         (llama-cpp-python's answer to `json_schema`), which is then not retried. The format
         answered is kept for the process's life (a back end is built per run step)."""
-        formats = self._formats(prompt)
+        formats = self._formats(prompt, schema)
         headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None
         server = (self.name, self.config.base_url, self.model)
         settled = _ANSWER_FORMATS.get(server)
@@ -301,13 +304,16 @@ class PromptedBackend(ModelBackend):
         raise AssertionError("the last answer format is never probed")
 
     @abstractmethod
-    def _chat(self, prompt: Prompt, messages: list[dict[str, str]]) -> tuple[str, int | None, int | None, int]:
-        """(answer text, input tokens, output tokens, attempts) from the server, the prompt's
+    def _chat(self, prompt: Prompt, messages: list[dict[str, str]],
+              schema: Mapping[str, Any]) -> tuple[str, int | None, int | None, int]:
+        """(answer text, input tokens, output tokens, attempts) from the server, the answer's
         schema sent along as the server takes it."""
 
-    def _ask(self, prompt: Prompt, system: str, user: str, parse: Callable[[Any], Any]) -> tuple[Any, ModelCall]:
-        """One call; an answer that is not JSON, breaks the prompt's schema or cannot be parsed
-        is asked again once, with what was wrong, before the call counts as unparsable."""
+    def _ask(self, prompt: Prompt, system: str, user: str, parse: Callable[[Any], Any],
+             schema: Mapping[str, Any] | None = None) -> tuple[Any, ModelCall]:
+        """One call; an answer that is not JSON, breaks the schema (the prompt's, or `schema`
+        for this call) or cannot be parsed is asked again once, with what was wrong, before
+        the call counts as unparsable."""
         self._check_budget(prompt)
         started = time.perf_counter()
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -316,7 +322,7 @@ class PromptedBackend(ModelBackend):
         problem = ""
         for retry in (False, True):
             try:
-                text, tokens_in, tokens_out, made = self._chat(prompt, messages)
+                text, tokens_in, tokens_out, made = self._chat(prompt, messages, schema or prompt.schema)
             except HttpCallError as exc:
                 raise ModelError(self._call(prompt, spent_in + estimate_tokens(_text_of(messages)), spent_out, True,
                                             started, "error", str(exc), attempts + exc.attempts, retry)) from exc
@@ -325,7 +331,7 @@ class PromptedBackend(ModelBackend):
             spent_out += tokens_out if tokens_out is not None else estimate_tokens(text)
             attempts += made
             try:
-                result = parse(decode_answer(prompt, text))
+                result = parse(decode_answer(prompt, text, schema))
             except (ValueError, TypeError, SummaryFormatError) as exc:
                 problem = f"{problem} then " if problem else ""
                 problem += f"{exc}: {text[:200]!r}"
@@ -358,7 +364,8 @@ class PromptedBackend(ModelBackend):
             by_id = {str(item.get("id")): item for item in data["segments"] if isinstance(item, dict)}
             return [[verdict(by_id.get(s.segment_id)) for s in segments] for segments in sessions]
 
-        return self._ask(JUDGE_SEGMENTS, JUDGE_SEGMENTS.system, listing, parse)
+        return self._ask(JUDGE_SEGMENTS, JUDGE_SEGMENTS.system, listing, parse,
+                         judging_schema([s.segment_id for segments in sessions for s in segments]))
 
     def find_overturned(self, previous, messages):
         entries = [row for row in _numbered(previous) if row[1] != "current_discussion"]
@@ -417,11 +424,11 @@ class OllamaBackend(PromptedBackend):
     """Ollama's `/api/chat` with the answer's schema as `format` (plain `json` for a server
     that refuses a schema)."""
 
-    def _formats(self, prompt: Prompt) -> list[Any]:
-        return [dict(prompt.schema), "json"]
+    def _formats(self, prompt, schema):
+        return [dict(schema), "json"]
 
-    def _chat(self, prompt, messages):
-        reply = self._post_with_format(prompt, f"{self.config.base_url}/api/chat", lambda answer_format: {
+    def _chat(self, prompt, messages, schema):
+        reply = self._post_with_format(prompt, schema, f"{self.config.base_url}/api/chat", lambda answer_format: {
             "model": self.model, "stream": False, "format": answer_format,
             "options": {"temperature": 0, "num_predict": self.config.max_output_tokens}, "messages": messages})
         body = reply.body
@@ -437,15 +444,15 @@ class OpenAIBackend(PromptedBackend):
     `json_schema`; for a server that refuses it, `json_object` with the schema (llama.cpp
     honours it), then plain `json_object`."""
 
-    def _formats(self, prompt: Prompt) -> list[Any]:
-        schema = dict(prompt.schema)
+    def _formats(self, prompt, schema):
+        schema = dict(schema)
         return [{"type": "json_schema", "json_schema": {"name": prompt.purpose, "schema": schema}},
                 {"type": "json_object", "schema": schema}, {"type": "json_object"}]
 
-    def _chat(self, prompt, messages):
+    def _chat(self, prompt, messages, schema):
         base = self.config.base_url
         url = f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
-        reply = self._post_with_format(prompt, url, lambda answer_format: {
+        reply = self._post_with_format(prompt, schema, url, lambda answer_format: {
             "model": self.model, "temperature": 0, "max_tokens": self.config.max_output_tokens,
             "response_format": answer_format, "messages": messages})
         body = reply.body

@@ -9,13 +9,15 @@ answer stands; anything else that breaks the schema makes the answer unusable.""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 FACT_SOURCES = ("conversation", "tool_call", "auto_discovery", "user_explicit")
+NOISE_REASONS = ("greeting", "thanks", "repeated_request", "cancelled", "failed_no_result")
 ENTRY_KINDS = ("fact", "event", "instruction", "insight", "user", "project")
 ENTRY_SCOPES = ("entity", "process", "session", "global")
 
@@ -89,12 +91,23 @@ segment is one user message and the replies after it. Judge each segment: is it 
 Noise is a greeting, thanks, the user repeating a request made earlier in the same
 conversation, or a failed or cancelled turn with no result.
 Anything with information, a decision, a question that was answered or a tool result is
-not noise. Give your confidence from 0 to 1.
-Reply with one JSON object only:
-{"segments": [{"id": "<segment id>", "noise": true|false, "reason": "greeting|thanks|repeated_request|cancelled|failed_no_result|null", "confidence": 0.0-1.0}]}""",
+not noise. Give your confidence from 0 to 1. The reason of a noise segment is one of
+greeting, thanks, repeated_request, cancelled, failed_no_result; of any other, null.
+Reply with one JSON object only, one item per segment in the order given, for example:
+{"segments": [{"id": "s1:1", "noise": true, "reason": "greeting", "confidence": 0.9}, {"id": "s1:2", "noise": false, "reason": null, "confidence": 0.8}]}""",
     _answer(["segments"], segments={"type": "array", "items": _answer(
         ["id", "noise"], id={"type": ["string", "integer"]}, noise={"type": "boolean"},
-        reason={"type": ["string", "null"]}, confidence={"type": "number", "minimum": 0, "maximum": 1})}))
+        reason={"enum": [*NOISE_REASONS, None]}, confidence={"type": "number", "minimum": 0, "maximum": 1})}))
+
+
+def judging_schema(segment_ids: Sequence[str]) -> dict[str, Any]:
+    """The judging answer's schema for one call: verdicts only for the segments asked about,
+    at most one each (a small model otherwise goes on inventing segments)."""
+    schema = copy.deepcopy(dict(JUDGE_SEGMENTS.schema))
+    verdicts = schema["properties"]["segments"]
+    verdicts["maxItems"] = len(segment_ids)
+    verdicts["items"]["properties"]["id"] = {"enum": list(segment_ids)}
+    return schema
 
 FIND_OVERTURNED = Prompt("find_overturned", """\
 Below is the previous summary of a conversation, its entries numbered, and new

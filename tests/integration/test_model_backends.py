@@ -200,3 +200,20 @@ def test_configuration_from_environment(monkeypatch):
     monkeypatch.setenv("MEMORY_LLM_BACKEND", "gpt")
     with pytest.raises(ValueError, match="MEMORY_LLM_BACKEND='gpt' is not valid: expected one of ollama, openai, rules"):
         chat_config()
+
+
+def test_judging_asks_for_verdicts_on_the_segments_sent_only(server):
+    good = server.answer
+
+    def answer(request, number):
+        reply = good(request, number)
+        if number == 1:  # a verdict for a segment that was never sent
+            reply["segments"].append({"id": "s1:99", "noise": False, "reason": None, "confidence": 0.5})
+        return reply
+
+    server.answer = answer
+    verdicts, call = _backend("openai", server).judge_segments(cut_segments(_messages()))
+    schema = server.requests[0].payload["response_format"]["json_schema"]["schema"]["properties"]["segments"]
+    assert schema["maxItems"] == 1 and schema["items"]["properties"]["id"] == {"enum": ["s1:1"]}
+    assert call.schema_retried and [v.noise for v in verdicts] == [False]
+    assert "segments/1/id: 's1:99' is not one of ['s1:1']" in server.requests[1].payload["messages"][-1]["content"]
