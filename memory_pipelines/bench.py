@@ -418,7 +418,8 @@ class EvidenceScore:
     p95_ms: float
 
 
-def _percentile(values: Sequence[float], share: float) -> float:
+def percentile(values: Sequence[float], share: float) -> float:
+    """The value `share` (0-1) of the way up the sorted values (0 for none)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
@@ -451,7 +452,7 @@ def evidence_retrieval(conn: psycopg.Connection, embedder: Embedder, questions: 
         scores.append(EvidenceScore(
             row, category, n, sum(o[0] for o in outcomes) / n,
             {b: sum(o[1][b] for o in outcomes) / n for b in BUDGETS}, sum(o[2] for o in outcomes) / n,
-            _percentile([o[3] for o in outcomes], 0.5), _percentile([o[3] for o in outcomes], 0.95)))
+            percentile([o[3] for o in outcomes], 0.5), percentile([o[3] for o in outcomes], 0.95)))
     order = {c: i for i, c in enumerate(("all", *CATEGORIES))}
     return sorted(scores, key=lambda s: (order[s.category], list(rows).index(s.row)))
 

@@ -11,13 +11,13 @@ one retry for at least 95 % of the calls of every purpose.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
+from memory_pipelines.bench import percentile
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.facts import render_for_extraction, validate_items
 from memory_pipelines.knowledge import prepare
@@ -122,12 +122,6 @@ def run_session(backend: PromptedBackend, messages: Sequence[Message]) -> list[_
     return outcomes
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    if len(values) < 2:
-        return values[0] if values else 0.0
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
-
-
 def figures(outcomes: Sequence[_Outcome]) -> list[PurposeFigures]:
     rows = []
     for purpose in PURPOSES:
@@ -139,7 +133,7 @@ def figures(outcomes: Sequence[_Outcome]) -> list[PurposeFigures]:
         with_items = [o for o in ok if o.items_kept is not None]
         rows.append(PurposeFigures(
             purpose, len(mine), sum(not o.call.schema_retried for o in ok), sum(o.call.schema_retried for o in ok),
-            len(mine) - len(ok), _percentile(latencies, 50), _percentile(latencies, 95),
+            len(mine) - len(ok), percentile(latencies, 0.5), percentile(latencies, 0.95),
             sum(o.call.input_tokens for o in mine), sum(o.call.output_tokens for o in mine),
             sum(o.items_kept for o in with_items) if with_items else None,
             sum(o.items_rejected or 0 for o in with_items) if with_items else None))

@@ -94,6 +94,16 @@ def test_a_server_that_refuses_json_schema_gets_the_schema_in_json_object(refusa
     assert server.requests[-1].payload["response_format"]["type"] == "json_object"
 
 
+def test_an_ollama_server_that_refuses_a_schema_gets_format_json(server):
+    server.fail = lambda request, number: Fault(status=400) if isinstance(request.payload["format"], dict) else None
+    backend = _backend("ollama", server)
+    summary, call = backend.summarize(Summary(), _messages(), "en")
+    assert call.status == "ok" and summary.current_discussion.startswith("chunk ") and call.attempts == 2
+    assert [r.payload["format"] for r in server.requests] == [SUMMARIZE.schema, "json"]
+    backend.summarize(Summary(), _messages(), "en")
+    assert server.requests[-1].payload["format"] == "json" and len(server.requests) == 3
+
+
 def test_a_transient_fault_while_finding_the_format_is_retried_not_taken_for_a_refusal(server):
     server.fail = lambda request, number: Fault(status=503) if number == 1 else None
     _, call = _backend("openai", server).summarize(Summary(), _messages(), "en")
