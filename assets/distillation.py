@@ -55,7 +55,10 @@ def conversation_segments(
         "Rolling summary per session (key_decisions as Do:/Don't:, past and current discussion, "
         "keys, language) with a cursor on the last summarized message, built day by day: the kept "
         "messages newer than the cursor, in chunks of at most 32,000 characters that never end on a "
-        "user message, one model call per chunk. Every version is kept in session_summary_versions. "
+        "user message, one distillation call per chunk: its answer holds the new summary and the chunk's "
+        "facts, knowledge entries and relations (kept with the version, read by memory_facts and "
+        "knowledge_entries, which make no call of their own). Every version is kept in "
+        "session_summary_versions. "
         "A re-run or late transcript rebuilds forward from the first changed day, reusing every "
         "version whose inputs did not change; temp- sessions are skipped."
     ),

@@ -7,10 +7,10 @@ import dagster as dg
 from assets.asset_checks import quality_check_specs
 from assets.materialization import stage_results, stage_window
 from assets.partitions import DAILY_ASSET, daily_partitions
-from assets.resources import LifecycleSettings, ModelResource, PostgresResource
+from assets.resources import LifecycleSettings, PostgresResource
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.stages import decay, error_memory as error_stage, knowledge
-from memory_pipelines.stages.common import Backends
+from memory_pipelines.stages.common import NO_BACKENDS
 
 
 @dg.multi_asset(
@@ -18,8 +18,9 @@ from memory_pipelines.stages.common import Backends
         dg.AssetSpec("knowledge_entries", deps=["transcripts", "conversation_segments", "session_summaries"], group_name="knowledge",
                      kinds={"postgres"}, owners=DAILY_ASSET["owners"], tags={"stage": "knowledge"},
                      description=(
-                         "Typed entries (fact, event, instruction, insight, user, project) distilled from each "
-                         "day's kept segments and the session summary: ingest, synthesize, reconcile, forge. "
+                         "Typed entries (fact, event, instruction, insight, user, project) as each day's "
+                         "summary chunks' distillation calls wrote them (no model call here): ingest, "
+                         "synthesize, reconcile, forge. "
                          "Content-addressed (sha256 of kind, title and scope); the same key again updates the "
                          "entry and its version, earlier versions stay in knowledge_entry_versions. Importance "
                          "by kind times confidence; scope entity, process, session or global; valid_until; "
@@ -32,7 +33,7 @@ from memory_pipelines.stages.common import Backends
                          "validity of the older one instead of deleting it.")),
     ],
     check_specs=quality_check_specs("knowledge_entries", "entity_graph"),
-    # Subsettable although one synthesis call writes both: Dagster 1.13 rejects, depending on
+    # Subsettable although one stage writes both: Dagster 1.13 rejects, depending on
     # set order, a UI backfill of a non-subsettable multi-asset. A subset still writes both
     # tables (the stage is idempotent) and reports only what was selected.
     can_subset=True,
@@ -41,13 +42,10 @@ from memory_pipelines.stages.common import Backends
     retry_policy=DAILY_ASSET["retry_policy"],
 )
 def knowledge_entries(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource, lifecycle: LifecycleSettings,
+    context: dg.AssetExecutionContext, postgres: PostgresResource, lifecycle: LifecycleSettings,
 ) -> Iterator:
-    pool = get_pool(postgres.url())
-    settings = knowledge.Settings(lifecycle.sanitize_pii, lifecycle.entry_ttl_seconds, lifecycle.consent_basis,
-                                  llm.concurrency)
-    with llm.backend_for_run(pool, context.run_id) as synthesizer:
-        report = knowledge.run(pool, stage_window(context), settings, Backends(writer=synthesizer))
+    settings = knowledge.Settings(lifecycle.sanitize_pii, lifecycle.entry_ttl_seconds, lifecycle.consent_basis)
+    report = knowledge.run(get_pool(postgres.url()), stage_window(context), settings, NO_BACKENDS)
     yield from stage_results(context, postgres, report)
 
 

@@ -16,18 +16,21 @@ from memory_pipelines.stages.common import Backends
 
 @dg.asset(
     **DAILY_ASSET,
-    deps=["transcripts", "conversation_segments"],
+    deps=["transcripts", "conversation_segments", "session_summaries"],
     check_specs=quality_check_specs("memory_facts"),
     group_name="memory",
     kinds={"postgres"},
     tags={"stage": "extract"},
     description=(
-        "Facts about each user extracted from stale sessions (no activity for 30 minutes before the "
-        "partition's end, never extracted or extracted before their last activity), with noise left "
-        "out. Items are validated one by one; invalid ones go to memory_fact_rejections. Upsert by "
+        "Facts about each user from stale sessions (no activity for 30 minutes before the partition's "
+        "end, never extracted or extracted before their last activity), as the distillation calls of "
+        "their summaries' chunks wrote them (no model call here), with noise left out; a session whose "
+        "summary does not reach its last reply yet waits. Items are validated one by one; invalid "
+        "ones go to memory_fact_rejections. Upsert by "
         "(user, category, key) where the newest observation in conversation time wins; re-spelled "
-        "keys are merged (the older row hidden via merged_into). Then each touched user's "
-        "memory_summary is rewritten and the session marked extracted in session_memory_state."
+        "keys are merged (the older row hidden via merged_into); the session is marked extracted in "
+        "session_memory_state. Then each touched user's memory_summary is rewritten, once a run, when "
+        "their facts changed."
     ),
 )
 def memory_facts(
@@ -36,8 +39,8 @@ def memory_facts(
 ) -> Iterator:
     pool = get_pool(postgres.url())
     settings = facts.Settings(timedelta(minutes=memory_settings.stale_minutes), llm.concurrency)
-    with llm.backend_for_run(pool, context.run_id) as extractor:
-        report = facts.run(pool, stage_window(context), settings, Backends(writer=extractor))
+    with llm.backend_for_run(pool, context.run_id) as writer:  # for memory_summary
+        report = facts.run(pool, stage_window(context), settings, Backends(writer=writer))
     yield from stage_results(context, postgres, report)
 
 

@@ -224,9 +224,8 @@ class DistillBench:
 
 # the stages whose steps make the calls of these purposes
 PURPOSES_BY_STAGE = {"conversation_segments": ("judge_segments",),
-                     "session_summaries": ("summarize", "find_overturned"),
-                     "memory_facts": ("extract_facts", "summarize_facts"),
-                     "knowledge_entries": ("synthesize_knowledge",), "memory_tree": ("summarize_node",)}
+                     "session_summaries": ("distill", "find_overturned"),
+                     "memory_facts": ("summarize_facts",), "memory_tree": ("summarize_node",)}
 
 
 def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = None) -> str:

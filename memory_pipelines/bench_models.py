@@ -1,8 +1,9 @@
 """`memory-pipelines bench models`: every prompt of the pipeline against a real model server.
 
 A few of the sample's sessions are sent through each prompt the way the stages send them
-(judging, summary, overturned entries, relevance, fact extraction, the user narrative,
-knowledge synthesis, a tree node), straight to the server: no database and no run. Per
+(judging, the distillation of each summary chunk, overturned entries, relevance, the user
+narrative, a tree node; and the summary a merge writes and the API's text distillation),
+straight to the server: no database and no run. Per
 purpose it reports how many answers were schema-valid on the first try, after the one
 retry, or not at all, the latency and the tokens; for the prompts whose lists are taken
 item by item, how many items were kept and rejected. The issue's bar: valid after at most
@@ -19,18 +20,19 @@ from typing import Any
 
 from memory_pipelines.bench import percentile
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from memory_pipelines.facts import render_for_extraction, validate_items
+from memory_pipelines.facts import validate_items
 from memory_pipelines.knowledge import prepare
-from memory_pipelines.llm.backends import ModelCall, ModelError, PromptedBackend
-from memory_pipelines.records import Message, Summary, TimeWindow
+from memory_pipelines.llm.backends import ModelCall, ModelError, PromptedBackend, render_transcript
+from memory_pipelines.records import Distillation, Message, Summary, TimeWindow
 from memory_pipelines.segments import cut_segments
+from memory_pipelines.summaries import chunk_messages
 from memory_pipelines.sources import SourceSettings, inventory_of, open_source
 from memory_pipelines.sources.files import MemoryIndex
 
 VALID_TARGET = 0.95  # of every purpose's calls, valid after at most one retry
 RELEVANCE_REQUEST = "What should I keep in mind for my next task?"
-PURPOSES = ("judge_segments", "summarize", "find_overturned", "select_relevant", "extract_facts",
-            "summarize_facts", "synthesize_knowledge", "summarize_node")
+PURPOSES = ("judge_segments", "distill", "find_overturned", "select_relevant", "summarize_facts", "summarize_node",
+            "summarize", "synthesize_knowledge")
 
 
 @dataclass(frozen=True)
@@ -92,33 +94,39 @@ def _ask(outcomes: list[_Outcome], task: Callable[[], tuple[Any, ModelCall]],
 
 
 def run_session(backend: PromptedBackend, messages: Sequence[Message]) -> list[_Outcome]:
-    """Every prompt once for one session, each fed what the one before produced."""
+    """Every prompt for one session, each fed what the one before produced: the session's
+    summary chunks distilled in order, as the summary stage does."""
     outcomes: list[_Outcome] = []
     segments = cut_segments(messages)
     if segments:
         _ask(outcomes, lambda: backend.judge_segments(segments))
-    summary = _ask(outcomes, lambda: backend.summarize(Summary(), messages, "auto")) or Summary()
+    kept = [m for m in messages if m.role != "system"]
+    summary = Summary()
+    facts: list[tuple[str, str, str]] = []
+    for chunk in chunk_messages(kept)[0]:
+
+        def distilled_kept(answer: Distillation, chunk: Sequence[Message] = chunk) -> tuple[int, int]:
+            accepted, rejected = validate_items(answer.facts, chunk)
+            facts.extend((c.category, c.key, str(c.value)) for c in accepted)
+            entries, relations, problems = prepare(answer.items_json(), chunk, chunk[0].session_id, chunk[0].user_id)
+            return len(accepted) + len(entries) + len(relations), len(rejected) + len(problems)
+
+        answer = _ask(outcomes, lambda: backend.distill(summary, chunk, "auto"), distilled_kept)
+        summary = answer.summary if answer is not None else summary
     _ask(outcomes, lambda: backend.find_overturned(summary, messages[-4:]))
     _ask(outcomes, lambda: backend.select_relevant(summary, RELEVANCE_REQUEST))
-    transcript = render_for_extraction(messages)
-    facts: list[tuple[str, str, str]] = []
-
-    def facts_kept(items: Any) -> tuple[int, int]:
-        accepted, rejected = validate_items(items, messages)
-        facts.extend((c.category, c.key, str(c.value)) for c in accepted)
-        return len(accepted), len(rejected)
-
-    _ask(outcomes, lambda: backend.extract_facts(messages, transcript), facts_kept)
     listed = facts or [("notes", "topic", summary.current_discussion or messages[0].content[:200])]
     _ask(outcomes, lambda: backend.summarize_facts(listed))
+    parts = [p for p in (*summary.past_discussions, summary.current_discussion) if p] or [messages[0].content[:300]]
+    _ask(outcomes, lambda: backend.summarize_node(parts))
+    # outside the daily distillation: a merge's summary of a fork's turns, the API's text distillation
+    _ask(outcomes, lambda: backend.summarize(Summary(), kept, "auto"))
 
     def knowledge_kept(raw: Any) -> tuple[int, int]:
         entries, relations, problems = prepare(raw, messages, messages[0].session_id, messages[0].user_id)
         return len(entries) + len(relations), len(problems)
 
-    _ask(outcomes, lambda: backend.synthesize_knowledge(messages, transcript, summary), knowledge_kept)
-    parts = [p for p in (*summary.past_discussions, summary.current_discussion) if p] or [messages[0].content[:300]]
-    _ask(outcomes, lambda: backend.summarize_node(parts))
+    _ask(outcomes, lambda: backend.synthesize_knowledge(messages, render_transcript(messages), None), knowledge_kept)
     return outcomes
 
 

@@ -1,5 +1,5 @@
-"""Extracted facts: render a session for extraction, validate what the model returns,
-and turn it into fact candidates with confidence, lineage and event time."""
+"""Extracted facts: validate what a distillation call returned for a chunk, and turn it into
+fact candidates with confidence, lineage and event time."""
 
 from __future__ import annotations
 
@@ -12,12 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from memory_pipelines.json_schemas import JsonSchema
-from memory_pipelines.llm.backends import TOOL_OUTPUT_CHARS, render_message
 from memory_pipelines.llm.prompts import FACT_ITEM_SCHEMA
 from memory_pipelines.llm.prompts import FACT_SOURCES as SOURCES
 from memory_pipelines.records import Message
 
-EXTRACTION_CHARS = 12_000
 CONFIDENCE = {"tool_call": 95, "auto_discovery": 95, "user_explicit": 90}
 DEFAULT_CONFIDENCE = 70
 
@@ -57,24 +55,6 @@ def canonical_key(key: str) -> str:
     return key
 
 
-def render_for_extraction(messages: Sequence[Message], dropped_seqs: frozenset[int] = frozenset(),
-                          limit: int = EXTRACTION_CHARS) -> str:
-    """The session as plain text, one numbered line per message (user, assistant, tool
-    calls and results cut to 500 characters), noise left out, cut to `limit` keeping the
-    head and the tail."""
-    lines = [f"[{m.seq}] {render_message(m, TOOL_OUTPUT_CHARS)}" for m in messages
-             if m.role != "system" and m.seq not in dropped_seqs]
-    return cut_head_tail("\n".join(lines), limit)
-
-
-def cut_head_tail(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    marker = f"\n[… {len(text) - limit} characters omitted …]\n"
-    keep = limit - len(marker)
-    return text[: keep // 2] + marker + text[len(text) - (keep - keep // 2):]
-
-
 @dataclass(frozen=True)
 class FactCandidate:
     category: str
@@ -98,8 +78,8 @@ class Rejection:
 
 def validate_items(items: Any, messages: Sequence[Message]) -> tuple[list[FactCandidate], list[Rejection]]:
     """Every item checked against the schema; an invalid one is dropped with its reason.
-    An item's time and span are its message's when it names one (`seq`), else the span of
-    the whole session up to its last message."""
+    `messages` are those the call read (a chunk's): an item's time and span are its
+    message's when it names one (`seq`), else all of theirs up to the last."""
     if not isinstance(items, list):
         return [], [Rejection(items, "the answer is not a list of facts")]
     by_seq = {m.seq: m for m in messages}
@@ -124,7 +104,7 @@ def validate_items(items: Any, messages: Sequence[Message]) -> tuple[list[FactCa
             rejected.append(Rejection(item, f"value longer than {MAX_VALUE_CHARS} characters"))
             continue
         if seq is not None and seq not in by_seq:
-            rejected.append(Rejection(item, f"seq {seq} is not a message of this session"))
+            rejected.append(Rejection(item, f"seq {seq} is not a message the call read"))
             continue
         source = item.get("source") or "conversation"
         anchor = by_seq[seq] if seq is not None else by_seq[last]

@@ -86,7 +86,13 @@ def prepare(raw: dict, messages: Sequence[Message], session_id: str, user_id: st
     first, last = min(by_seq), max(by_seq)
     entries, relations, problems = [], [], []
     raw = raw if isinstance(raw, dict) else {}
-    for item in raw.get("entries") or []:
+    listed = {}
+    for part in ("entries", "relations"):
+        listed[part] = raw.get(part) or []
+        if not isinstance(listed[part], list):
+            problems.append(f"{part} dropped: not a list"[:200])
+            listed[part] = []
+    for item in listed["entries"]:
         error = _ENTRY.first_error(item)
         if error is not None or (item.get("seq") is not None and item["seq"] not in by_seq):
             problems.append(f"entry dropped: {error.message if error else 'unknown seq'}"[:200])
@@ -114,7 +120,7 @@ def prepare(raw: dict, messages: Sequence[Message], session_id: str, user_id: st
             valid_until=anchor.ts + timedelta(seconds=ttl_seconds) if ttl_seconds else None,
             seq_start=seq if seq is not None else first, seq_end=seq if seq is not None else last,
         ))
-    for item in raw.get("relations") or []:
+    for item in listed["relations"]:
         error = _RELATION.first_error(item)
         if error is not None or (item.get("seq") is not None and item["seq"] not in by_seq):
             problems.append(f"relation dropped: {error.message if error else 'unknown seq'}"[:200])

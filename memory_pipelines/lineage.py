@@ -11,6 +11,7 @@ from psycopg.rows import dict_row
 
 from memory_pipelines.db.queries import query
 
+# the query of each kind, and the purpose of the calls that wrote its rows before calls had ids
 KINDS = {"fact": ("lineage_fact", "extract_facts"), "chunk": ("lineage_chunk", None),
          "entry": ("lineage_entry", "synthesize_knowledge"), "turn": ("lineage_turn", None)}
 EXCERPT_CHARS = 160
@@ -30,7 +31,8 @@ def lineage(conn: psycopg.Connection, kind: str, ident: str) -> dict[str, Any]:
         first = min((v["seq_start"] for v in versions if v["seq_start"] is not None), default=0)
         calls = []
         for run_id in sorted({v["run_id"] for v in versions}):
-            calls += _rows(conn, "lineage_calls", {"run_id": run_id, "session_id": ident, "purpose": None})
+            calls += _rows(conn, "lineage_calls", {"call_id": None, "run_id": run_id, "session_id": ident,
+                                                   "purpose": None})
         return {"kind": kind, "row": versions[-1], "versions": versions, "calls": calls,
                 "messages": _rows(conn, "lineage_messages", {"session_id": ident, "first": first,
                                                              "last": versions[-1]["cursor_seq"],
@@ -48,8 +50,9 @@ def lineage(conn: psycopg.Connection, kind: str, ident: str) -> dict[str, Any]:
     row = found[0]
     report: dict[str, Any] = {"kind": kind, "row": row, "messages": _rows(conn, "lineage_messages", {
         "session_id": row["session_id"], "first": row["seq_start"], "last": row["seq_end"], "chars": EXCERPT_CHARS})}
-    report["calls"] = _rows(conn, "lineage_calls", {"run_id": row["run_id"], "session_id": row["session_id"],
-                                                    "purpose": purpose}) if purpose else []
+    report["calls"] = _rows(conn, "lineage_calls", {
+        "call_id": row["call_id"], "run_id": row["run_id"], "session_id": row["session_id"],
+        "purpose": purpose}) if purpose else []
     if kind == "fact":
         report["merged"] = [r for r in _rows(conn, "lineage_fact_merged",
                                               {"id": row_id, "merged_into": row["merged_into"]}) if r["id"] != row_id]

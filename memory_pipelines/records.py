@@ -224,6 +224,38 @@ def _dedupe(items: list[str], keep_first: bool = False) -> list[str]:
     return [items[i] for i in sorted(seen.values())]
 
 
+MEMORY_ITEM_LISTS = ("facts", "entries", "relations")
+
+
+@dataclass(frozen=True, slots=True)
+class Distillation:
+    """A summarized chunk's memory as one distillation call wrote it: the updated summary,
+    and the facts, knowledge entries and relations as the model gave them (JSON values; the
+    stages that store them judge them item by item, so a bad item never costs the summary)."""
+
+    summary: Summary
+    facts: Any = ()
+    entries: Any = ()
+    relations: Any = ()
+
+    def items_json(self) -> dict[str, Any]:
+        """The item lists as stored with the summary version."""
+        return {name: list(value) if isinstance(value, tuple) else value
+                for name in MEMORY_ITEM_LISTS for value in [getattr(self, name)]}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"summary": self.summary.to_json(), **self.items_json()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Distillation":
+        """A distillation answer: its summary must hold (SummaryFormatError otherwise); a
+        missing item list is an empty one."""
+        if not isinstance(data, dict):
+            raise SummaryFormatError(f"a distillation must be a JSON object, got {type(data).__name__}")
+        return cls(Summary.from_json(data.get("summary")),
+                   *(data[name] if data.get(name) is not None else [] for name in MEMORY_ITEM_LISTS))
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """One user message and the assistant and tool messages after it, up to the next user

@@ -4,7 +4,9 @@ A session's summary history is a fold over the UTC days that hold its messages. 
 step takes the kept messages newer than the cursor and older than the day's end, trims
 the previous summary of entries the new segments overturn (decision model), cuts the
 messages into chunks of at most `chunk_chars` that never end on a user message, and makes
-one model call per chunk; every chunk gives a version (summary + cursor).
+one distillation call per chunk: the new summary and the chunk's facts, knowledge entries
+and relations in one answer. Every chunk gives a version (summary + cursor + those items,
+which the facts and knowledge stages read instead of calling a model again).
 
 Each version carries a fingerprint chained from the previous one over everything its
 day depends on. Re-running a day whose inputs did not change reuses the stored versions
@@ -20,10 +22,11 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from memory_pipelines.config import SPECS
-from memory_pipelines.llm.backends import SUMMARY_TOOL_CHARS, ModelBackend, ModelCall, ModelError, render_message
-from memory_pipelines.llm.prompts import FIND_OVERTURNED, SUMMARIZE
+from memory_pipelines.llm.backends import SUMMARY_TOOL_CHARS, ModelBackend, ModelCall, ModelError, render_numbered
+from memory_pipelines.llm.prompts import DISTILL, FIND_OVERTURNED
 from memory_pipelines.records import Message, Summary
 
 SUMMARY_CHUNK_CHARS = SPECS["MEMORY_SUMMARY_CHUNK_CHARS"].default
@@ -31,8 +34,8 @@ ELISION = "\n[… {n} characters elided …]\n"
 
 
 def rendered_length(message: Message) -> int:
-    """Characters a message takes in a summary call's transcript (with its newline)."""
-    return len(render_message(message, SUMMARY_TOOL_CHARS)) + 1
+    """Characters a message takes in a distillation call's transcript (with its newline)."""
+    return len(render_numbered(message, SUMMARY_TOOL_CHARS)) + 1
 
 
 def _fit(message: Message, limit: int) -> Message:
@@ -125,6 +128,8 @@ class SummaryVersion:
     model: str
     prompt_version: str
     fingerprint: str
+    memory_items: dict[str, Any] | None = None  # a chunk's facts, entries and relations, as written
+    call_id: str | None = None  # the distillation call that wrote it
 
 
 @dataclass(frozen=True)
@@ -176,7 +181,7 @@ def fold_session(plan: FoldPlan, summarizer: ModelBackend, decider: ModelBackend
     """Bring one session's summary versions up to date over `plan.days`, in order."""
     state = plan.start
     stored = {(v.partition_key, v.step): v for v in plan.stored}
-    summarizer_id = (summarizer.name, summarizer.model, summarizer.prompt_version(SUMMARIZE))
+    summarizer_id = (summarizer.name, summarizer.model, summarizer.prompt_version(DISTILL))
     decider_id = (decider.name, decider.model, decider.prompt_version(FIND_OVERTURNED))
     for day in plan.days:
         new = [m for m in plan.messages
@@ -272,20 +277,22 @@ def _run_step(plan, state, day, day_fp, kind, args, step_count, summarizer, deci
                 calls.append(exc.call)
                 yield FoldStopped(day.partition_key, step, tuple(calls), str(exc))
                 return None
+        items, call_id = None, None
         if kind == "trim":
             summary, who = previous, ("none", "none", "none")
         else:
             try:
-                summary, call = summarizer.summarize(previous, chunk, language)
+                distilled, call = summarizer.distill(previous, chunk, language)
                 calls.append(call)
             except ModelError as exc:
                 calls.append(exc.call)
                 yield FoldStopped(day.partition_key, step, tuple(calls), str(exc))
                 return None
-            who = summarizer_id
+            summary, items, call_id, who = distilled.summary, distilled.items_json(), call.call_id, summarizer_id
         built = SummaryVersion(**base, step=step, kind=kind, summary=summary, cursor_seq=cursor.seq,
                                cursor_ts=cursor.ts, first_seq=chunk[0].seq if chunk else None,
                                last_seq=chunk[-1].seq if chunk else None, messages_in=len(chunk), trimmed=trimmed,
-                               backend=who[0], model=who[1], prompt_version=who[2], fingerprint=_hash(day_fp, step))
+                               backend=who[0], model=who[1], prompt_version=who[2], fingerprint=_hash(day_fp, step),
+                               memory_items=items, call_id=call_id)
     yield VersionBuilt(built, tuple(calls))
     return SummaryState(built.summary, built.cursor_seq, built.cursor_ts, built.version, built.fingerprint)

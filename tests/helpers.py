@@ -40,7 +40,7 @@ def free_port() -> int:
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 AUDIT_COLUMNS = frozenset({"run_id", "ingested_run_id", "ingested_at", "created_at", "updated_at",
-                           "quarantined_at", "archived_at", "id"})
+                           "quarantined_at", "archived_at", "id", "call_id"})
 # what is no memory: the migration ledger, and the index of transcript files (a cache of
 # file scans: copies of the same files differ in modification time)
 NOT_MEMORY = ("schema_migrations", "transcript_objects")
@@ -143,13 +143,11 @@ PARTIAL_WRITES = {
         SELECT DISTINCT v.session_id FROM session_summary_versions v
         WHERE NOT EXISTS (SELECT 1 FROM session_summaries s WHERE s.session_id = v.session_id)""",
     "summarized chunk without its model call": """
-        SELECT v.session_id FROM session_summary_versions v WHERE v.kind = 'chunk' GROUP BY v.session_id
-        HAVING count(*) > (SELECT count(*) FROM llm_calls c WHERE c.session_id = v.session_id
-                           AND c.purpose = 'summarize' AND c.status = 'ok')""",
-    "session marked extracted without its extraction call": """
-        SELECT m.session_id FROM session_memory_state m WHERE NOT EXISTS (
-            SELECT 1 FROM llm_calls c WHERE c.session_id = m.session_id AND c.purpose = 'extract_facts'
-            AND c.status = 'ok')""",
+        SELECT v.session_id, v.version FROM session_summary_versions v WHERE v.kind = 'chunk' AND NOT EXISTS (
+            SELECT 1 FROM llm_calls c WHERE c.call_id = v.call_id AND c.purpose = 'distill' AND c.status = 'ok')""",
+    "fact without the call that wrote it": """
+        SELECT f.id FROM memory_facts f WHERE f.call_id IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM llm_calls c WHERE c.call_id = f.call_id AND c.status = 'ok')""",
     "facts of a session not marked extracted": """
         SELECT DISTINCT f.session_id FROM memory_facts f
         WHERE NOT EXISTS (SELECT 1 FROM session_memory_state m WHERE m.session_id = f.session_id)""",

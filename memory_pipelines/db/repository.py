@@ -29,6 +29,8 @@ from memory_pipelines.summaries import StoredVersion, SummaryState, SummaryVersi
 from memory_pipelines.tree import EntityItem, Span, TreeNode
 
 ARCHIVE_TABLES = ("messages", "sessions", "quarantine")
+# the lineage of a row no model call wrote (the API's writes): its call_id
+NO_CALL = {"call_id": None}
 
 
 def lock_transcript_writes(conn: psycopg.Connection) -> None:
@@ -296,9 +298,53 @@ def discard_summary_versions(conn: psycopg.Connection, session_id: str, partitio
 
 def insert_summary_version(conn: psycopg.Connection, version: SummaryVersion, run_id: str) -> None:
     row = shallow_fields(version)
-    row.update(summary=Jsonb(version.summary.to_json()), trimmed=Jsonb(list(version.trimmed)), run_id=run_id)
+    row.update(summary=Jsonb(version.summary.to_json()), trimmed=Jsonb(list(version.trimmed)), run_id=run_id,
+               memory_items=None if version.memory_items is None else Jsonb(version.memory_items))
     conn.execute(query("insert_summary_version"), row)
     conn.execute(query("refresh_current_summary"), {"session_id": version.session_id})
+
+
+@dataclass(frozen=True)
+class DistilledChunk:
+    """A summarized chunk's version with the memory items its distillation call wrote."""
+
+    session_id: str
+    user_id: str
+    version: int
+    partition_key: str
+    first_seq: int
+    last_seq: int
+    fingerprint: str
+    model: str
+    prompt_version: str
+    call_id: str | None
+    memory_items: dict
+
+
+def distilled_chunks(conn: psycopg.Connection, session_ids: Sequence[str] | None, *, through: str | None = None,
+                     day: str | None = None) -> dict[str, list[DistilledChunk]]:
+    """Chunk versions with their items, by session and version: of `session_ids` built for
+    days up to `through`, or of every session but forks built for `day` (session_ids None)."""
+    params = {"session_ids": None if session_ids is None else list(session_ids), "through": through, "day": day}
+    with conn.cursor(row_factory=class_row(DistilledChunk)) as cur:
+        return _grouped((c.session_id, c) for c in cur.execute(query("distilled_chunks"), params))
+
+
+def chunks_kept_messages(conn: psycopg.Connection, chunks: Sequence[DistilledChunk]) -> dict[str, list[Message]]:
+    """The messages the chunks' distillation calls read: their seq spans, less system messages
+    and what noise judging dropped; by session and seq."""
+    return _by_session(_message_rows(conn, "chunks_kept_messages", {
+        "session_ids": [c.session_id for c in chunks], "firsts": [c.first_seq for c in chunks],
+        "lasts": [c.last_seq for c in chunks]}))
+
+
+def sessions_summarized_short(conn: psycopg.Connection, session_ids: Sequence[str], partition_key: str,
+                              end: datetime) -> dict[str, tuple[int | None, int]]:
+    """Sessions whose summary as of the day does not reach their last reply sent before `end`
+    (a chunk's memory comes with its summary): (cursor seq, last reply seq)."""
+    rows = conn.execute(query("sessions_summarized_short"), {"session_ids": list(session_ids),
+                                                             "partition_key": partition_key, "end": end})
+    return {session_id: (cursor_seq, last_reply) for session_id, cursor_seq, last_reply in rows}
 
 
 def current_summary(conn: psycopg.Connection, session_id: str) -> Summary | None:
@@ -428,7 +474,8 @@ def upsert_facts(conn: psycopg.Connection, observed: Sequence[tuple[str, FactCan
         return
     if ever_archived is None:
         ever_archived = archived_fact_keys(conn, sorted({user_id for user_id, _, _ in observed}))
-    rows = [(user_id, c, {**shallow_fields(c), "user_id": user_id, **lineage}) for user_id, c, lineage in observed]
+    rows = [(user_id, c, {**shallow_fields(c), "user_id": user_id, **NO_CALL, **lineage})
+            for user_id, c, lineage in observed]
     # one question to the archive per user, then one per candidate only where decay took its key
     for archived, group in groupby(rows, key=lambda r: (r[1].category, r[1].key) in ever_archived.get(r[0], ())):
         with conn.cursor() as cur:
@@ -451,7 +498,7 @@ def insert_fact_rejections(conn: psycopg.Connection, user_id: str, session_id: s
             cur.executemany(query("insert_fact_rejection"), [
                 {"user_id": user_id, "session_id": session_id, "item": Jsonb(r.item), "reason": r.reason,
                  "partition_key": lineage["partition_key"], "run_id": lineage["run_id"], "model": lineage["model"],
-                 "prompt_version": lineage["prompt_version"]}
+                 "prompt_version": lineage["prompt_version"], "call_id": lineage.get("call_id")}
                 for r in rejections])
 
 
@@ -602,7 +649,7 @@ def forge_knowledge(conn: psycopg.Connection, entries: Sequence[tuple[EntryCandi
     if not entries:
         return 0
     rows = [{**shallow_fields(e), "entry_key": e.key, "content_hash": e.content_hash, "tags": list(e.tags),
-             "pii_kinds": list(e.pii_kinds), **lineage} for e, lineage in entries]
+             "pii_kinds": list(e.pii_kinds), **NO_CALL, **lineage} for e, lineage in entries]
     ever_archived = {key for (key,) in conn.execute(query("archived_entry_keys"),
                                                     {"entry_keys": [row["entry_key"] for row in rows]})}
     written = 0
@@ -623,7 +670,8 @@ def forge_knowledge(conn: psycopg.Connection, entries: Sequence[tuple[EntryCandi
 
 _ENTRY_LOAD_COLUMNS = ("entry_key", "user_id", "kind", "title", "content", "tags", "confidence", "importance",
                        "scope", "scope_id", "consent_basis", "has_pii", "pii_kinds", "observed_at", "valid_until",
-                       "session_id", "seq_start", "seq_end", "partition_key", "run_id", "model", "prompt_version")
+                       "session_id", "seq_start", "seq_end", "partition_key", "run_id", "model", "prompt_version",
+                       "call_id")
 
 
 def _upsert_entries(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
@@ -679,7 +727,7 @@ def forge_relations(conn: psycopg.Connection, relations: Sequence[tuple[Relation
         return
     with conn.pipeline():  # nothing here waits on an answer: one round trip
         for r, lineage in relations:
-            conn.execute(query("insert_relation"), {**shallow_fields(r), **lineage})
+            conn.execute(query("insert_relation"), {**shallow_fields(r), **NO_CALL, **lineage})
         for user_id, subject, relation in sorted({(lineage["user_id"], r.subject, r.relation)
                                                   for r, lineage in relations if r.relation in FUNCTIONAL_RELATIONS}):
             conn.execute(query("close_contradicted"), {"user_id": user_id, "subject": subject, "relation": relation})

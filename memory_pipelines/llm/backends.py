@@ -7,9 +7,10 @@ import json
 import logging
 import re
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -18,10 +19,10 @@ from memory_pipelines.json_schemas import JsonSchema
 from memory_pipelines.llm.config import ModelConfig
 from memory_pipelines.llm.http import RETRY_STATUS, HttpCallError, HttpReply, post_json
 from memory_pipelines.llm.prompts import (
-    EXTRACT_FACTS, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS, SUMMARIZE_NODE,
+    DISTILL, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS, SUMMARIZE_NODE,
     SYNTHESIZE_KNOWLEDGE, Prompt, judging_schema,
 )
-from memory_pipelines.records import Message, NoiseVerdict, Segment, Summary, SummaryFormatError
+from memory_pipelines.records import Distillation, Message, NoiseVerdict, Segment, Summary, SummaryFormatError
 from memory_pipelines.rules import facts as rules_facts
 from memory_pipelines.rules import knowledge as rules_knowledge
 from memory_pipelines.rules import noise as rules_noise
@@ -53,6 +54,8 @@ class ModelCall:
     cost_usd: float | None = None  # estimated from the price table; None: the model is not priced
     budget_reached: bool = False  # not made: the run's token budget was spent
     schema_retried: bool = False  # the first answer broke the prompt's schema and was asked again
+    # names the call in llm_calls, and the rows it wrote name it (lineage)
+    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def describe(self) -> str:
         """One line naming the call and its outcome, as failures are reported."""
@@ -82,8 +85,9 @@ _ANSWER_FORMATS: dict[tuple[str, str, str], int] = {}  # (back end, server, mode
 def decode_answer(prompt: Prompt, text: str, schema: Mapping[str, Any] | None = None) -> Any:
     """An answer's JSON (a code fence around it taken off: unconstrained models add one),
     checked against the prompt's schema (or the call's own, `schema`). Raises ValueError
-    naming the first break, except within the items of the prompt's item lists, which are
-    judged one by one later."""
+    naming the first break, except within the prompt's item lists (an item, or the list
+    itself), which are judged later, one by one, so a bad one costs neither the rest of the
+    answer nor a second call."""
     fenced = _FENCE.match(text)
     data = json.loads(fenced.group(1) if fenced else text)
     if schema is not None:
@@ -92,7 +96,7 @@ def decode_answer(prompt: Prompt, text: str, schema: Mapping[str, Any] | None = 
         validator = _ANSWER_SCHEMAS[prompt.version] = JsonSchema(prompt.schema)
     for error in validator.errors(data):
         path = list(error.absolute_path)
-        if len(path) >= 2 and path[0] in prompt.item_lists and isinstance(path[1], int):
+        if path and path[0] in prompt.item_lists:
             continue
         raise ValueError(f"{'/'.join(map(str, path)) or 'the answer'}: {error.message[:300]}")
     return data
@@ -123,6 +127,20 @@ def render_message(m: Message, tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
 
 def render_transcript(messages: Sequence[Message], tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
     return "\n".join(render_message(m, tool_chars) for m in messages)
+
+
+def render_numbered(m: Message, tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
+    """A message as a line that starts with its seq in brackets, for answers that cite it."""
+    return f"[{m.seq}] {render_message(m, tool_chars)}"
+
+
+def render_chunk(messages: Sequence[Message]) -> str:
+    """A summarized chunk as its distillation call reads it: numbered lines, long tool output cut."""
+    return "\n".join(render_numbered(m, SUMMARY_TOOL_CHARS) for m in messages)
+
+
+def _language_phrase(language: str) -> str:
+    return "the conversation's own language" if language == "auto" else language
 
 
 def _numbered(summary: Summary) -> list[tuple[int, str, str]]:
@@ -202,8 +220,10 @@ class ModelBackend(ABC):
     def select_relevant(self, summary: Summary, request: str) -> tuple[Summary | None, ModelCall]: ...
 
     @abstractmethod
-    def extract_facts(self, messages: Sequence[Message], transcript: str) -> tuple[Any, ModelCall]:
-        """Raw fact items (validated by the caller, item by item) from one session."""
+    def distill(self, previous: Summary, messages: Sequence[Message], language: str
+                ) -> tuple[Distillation, ModelCall]:
+        """A summarized chunk's memory in one call: `previous` updated with `messages`, and
+        the facts, knowledge entries and relations they hold (validated later, item by item)."""
 
     @abstractmethod
     def summarize_facts(self, facts: Sequence[tuple[str, str, str]]) -> tuple[str, ModelCall]:
@@ -248,8 +268,16 @@ class RulesBackend(ModelBackend):
         return self._run(SELECT_RELEVANT, json.dumps(summary.to_json()) + request,
                          lambda: rules_summary.relevant_entries(summary, request))
 
-    def extract_facts(self, messages, transcript):
-        return self._run(EXTRACT_FACTS, transcript, lambda: rules_facts.extract_facts(messages))
+    def distill(self, previous, messages, language):
+        text = json.dumps(previous.to_json()) + render_chunk(messages)
+
+        def distillation() -> Distillation:
+            summary = rules_summary.summarize(previous, messages, language)
+            knowledge = rules_knowledge.synthesize(messages, summary)
+            return Distillation(summary, rules_facts.extract_facts(messages), knowledge["entries"],
+                                knowledge["relations"])
+
+        return self._run(DISTILL, text, distillation)
 
     def summarize_facts(self, facts):
         return self._run(SUMMARIZE_FACTS, json.dumps(facts), lambda: rules_facts.summarize_facts(facts))
@@ -376,11 +404,14 @@ class PromptedBackend(ModelBackend):
                          lambda data: {by_number[n] for n in _numbers(data, "overturned") if n in by_number})
 
     def summarize(self, previous, messages, language):
-        system = SUMMARIZE.system.format(
-            language="the conversation's own language" if language == "auto" else language,
-            previous=json.dumps(previous.to_json(), ensure_ascii=False),
-        )
+        system = SUMMARIZE.system.format(language=_language_phrase(language),
+                                         previous=json.dumps(previous.to_json(), ensure_ascii=False))
         return self._ask(SUMMARIZE, system, render_transcript(messages, SUMMARY_TOOL_CHARS), Summary.from_json)
+
+    def distill(self, previous, messages, language):
+        system = DISTILL.system.format(language=_language_phrase(language),
+                                       previous=json.dumps(previous.to_json(), ensure_ascii=False))
+        return self._ask(DISTILL, system, render_chunk(messages), Distillation.from_json)
 
     def select_relevant(self, summary, request):
         entries = _numbered(summary)
@@ -399,9 +430,6 @@ class PromptedBackend(ModelBackend):
         return self._ask(SELECT_RELEVANT, SELECT_RELEVANT.system,
                          f"Summary entries:\n{listing}\n\nRequest: {request}", parse)
 
-
-    def extract_facts(self, messages, transcript):
-        return self._ask(EXTRACT_FACTS, EXTRACT_FACTS.system, transcript, lambda data: data["facts"])
 
     def summarize_facts(self, facts):
         listing = "\n".join(f"- [{c}] {k}: {v}" for c, k, v in facts)

@@ -40,6 +40,9 @@ class Fault:
 
 
 def _purpose(system: str) -> str:
+    system = " ".join(system.split())  # the prompts' line breaks fall anywhere
+    if "take long-term memory" in system:
+        return "distill"
     if "rolling summary" in system:
         return "summarize"
     if "filter conversation segments" in system:
@@ -48,8 +51,6 @@ def _purpose(system: str) -> str:
         return "find_overturned"
     if "relevant to the request" in system:
         return "select_relevant"
-    if "Extract stable facts" in system:
-        return "extract_facts"
     if "short narrative" in system:
         return "summarize_facts"
     if "Distill durable knowledge" in system:
@@ -59,17 +60,29 @@ def _purpose(system: str) -> str:
     return "unknown"
 
 
+def _summary(request: Request) -> dict:
+    """A summary naming the chunk it read, the previous one's entries kept."""
+    digest = hashlib.sha256(request.user.encode()).hexdigest()[:8]
+    previous = json.loads(request.system.split("Previous summary (JSON):\n", 1)[1].split("\nReply with", 1)[0])
+    return {
+        "key_decisions": [*previous.get("key_decisions", []), f"Do: keep chunk {digest}"],
+        "past_discussions": [*previous.get("past_discussions", []), f"chunk {digest}"],
+        "current_discussion": f"chunk {digest} of {len(request.user)} characters",
+        "keys": [digest],
+        "language": "en",
+    }
+
+
 def default_answer(request: Request, number: int) -> dict:
     if request.purpose == "summarize":
-        digest = hashlib.sha256(request.user.encode()).hexdigest()[:8]
-        previous = json.loads(request.system.split("Previous summary (JSON):\n", 1)[1].split("\nReply with", 1)[0])
-        return {
-            "key_decisions": [*previous.get("key_decisions", []), f"Do: keep chunk {digest}"],
-            "past_discussions": [*previous.get("past_discussions", []), f"chunk {digest}"],
-            "current_discussion": f"chunk {digest} of {len(request.user)} characters",
-            "keys": [digest],
-            "language": "en",
-        }
+        return _summary(request)
+    if request.purpose == "distill":
+        # the chunk's first user line as a fact; no entries or relations
+        first = re.search(r"^\[(\d+)\] User: (.*)$", request.user, re.MULTILINE)
+        facts = [] if first is None else [{"category": "notes", "key": f"note_{first.group(1)}",
+                                           "value": first.group(2)[:80], "source": "conversation",
+                                           "seq": int(first.group(1))}]
+        return {"summary": _summary(request), "facts": facts, "entries": [], "relations": []}
     if request.purpose == "judge_segments":
         ids = re.findall(r"^### segment (\S+)$", request.user, re.MULTILINE)
         return {"segments": [{"id": i, "noise": False, "reason": None, "confidence": 0.9} for i in ids]}
@@ -77,12 +90,6 @@ def default_answer(request: Request, number: int) -> dict:
         return {"overturned": []}
     if request.purpose == "select_relevant":
         return {"relevant": [1]}
-    if request.purpose == "extract_facts":
-        first = re.search(r"^\[(\d+)\] User: (.*)$", request.user, re.MULTILINE)
-        if first is None:
-            return {"facts": []}
-        return {"facts": [{"category": "notes", "key": f"note_{first.group(1)}", "value": first.group(2)[:80],
-                           "source": "conversation", "seq": int(first.group(1))}]}
     if request.purpose == "summarize_facts":
         return {"summary": f"{request.user.count(chr(10)) + 1} facts known."}
     if request.purpose == "synthesize_knowledge":
@@ -153,17 +160,19 @@ class InstantModelServer:
                     self._send(fault.status, {"error": f"injected {fault.status}"})
                     return
                 answer = server.answer(request, number)
+                # a prompt's tokens, as a real server counts them: every message it was sent
+                prompt_tokens = sum(len(m.get("content") or "") for m in messages) // 4
                 # an answer given as text is sent as it is (a code fence, a reply that is not JSON)
                 content = "this is not json {" if fault and fault.garbage else (
                     answer if isinstance(answer, str) else json.dumps(answer))
                 if self.path == "/api/chat":
                     self._send(200, {"model": payload["model"], "message": {"role": "assistant", "content": content},
-                                     "done": True, "prompt_eval_count": len(user) // 4, "eval_count": len(content) // 4})
+                                     "done": True, "prompt_eval_count": prompt_tokens, "eval_count": len(content) // 4})
                 elif self.path.endswith("/chat/completions"):
                     self._send(200, {"id": f"c{number}", "object": "chat.completion", "model": payload["model"],
                                      "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                                                   "finish_reason": "stop"}],
-                                     "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": len(content) // 4}})
+                                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content) // 4}})
                 else:
                     self._send(404, {"error": f"no route {self.path}"})
 

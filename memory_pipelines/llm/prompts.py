@@ -116,12 +116,8 @@ segments overturn or supersede (a rule the user changed, a choice replaced by an
 Reply with one JSON object only: {"overturned": [<entry numbers>]}""",
     _answer(["overturned"], overturned=_NUMBERS))
 
-SUMMARIZE = Prompt("summarize", """\
-You keep a rolling summary of a conversation between a user and an assistant. The
-previous summary is below; the user message holds the next messages of the conversation.
-Return the updated summary: merge the new messages into it, keep what still holds, and
-drop what the new messages overturn.
-Fields:
+# What a summary's fields hold: said once, read by the summary-only and the distillation prompt.
+SUMMARY_FIELDS = """\
 - key_decisions: only rules that apply from now on, at most 8. Each starts with the
   English "Do: " (agreed) or "Don't: " (refused), whatever the output language.
 - past_discussions: short notes of earlier topics.
@@ -129,13 +125,22 @@ Fields:
 - keys: names, identifiers, file paths, numbers and other entities a later question
   would use (at most 40, most important first).
 - language: the language the other fields are written in.
-Write every field except the Do:/Don't: prefixes in {language}.
+Write every field except the Do:/Don't: prefixes in {language}."""
+_SUMMARY = _answer([], key_decisions=_TEXTS, past_discussions=_TEXTS, current_discussion={"type": ["string", "null"]},
+                   keys=_TEXTS, language={"type": ["string", "null"]})
+
+SUMMARIZE = Prompt("summarize", f"""\
+You keep a rolling summary of a conversation between a user and an assistant. The
+previous summary is below; the user message holds the next messages of the conversation.
+Return the updated summary: merge the new messages into it, keep what still holds, and
+drop what the new messages overturn.
+Fields:
+{SUMMARY_FIELDS}
 Previous summary (JSON):
-{previous}
+{{previous}}
 Reply with one JSON object only:
-{{"key_decisions": [], "past_discussions": [], "current_discussion": "", "keys": [], "language": ""}}""",
-    _answer([], key_decisions=_TEXTS, past_discussions=_TEXTS, current_discussion={"type": ["string", "null"]},
-            keys=_TEXTS, language={"type": ["string", "null"]}))
+{{{{"key_decisions": [], "past_discussions": [], "current_discussion": "", "keys": [], "language": ""}}}}""",
+    _SUMMARY)
 
 SELECT_RELEVANT = Prompt("select_relevant", """\
 Below are the numbered entries of a conversation summary and the user's next request.
@@ -144,37 +149,59 @@ workflow always count as relevant.
 Reply with one JSON object only: {"relevant": [<entry numbers>]}""",
     _answer(["relevant"], relevant=_NUMBERS))
 
-EXTRACT_FACTS = Prompt("extract_facts", """\
-Extract stable facts about the user from the conversation below: who they are, where
-they live and work, their preferences, the tools and setups they use, and decisions that
-hold from now on (a chosen port, a deploy target). Each line of the conversation starts
-with its message number in brackets. Skip small talk and anything temporary.
-Reply with one JSON object only: {"facts": [{"category": "identity|preferences|work|tools|environment|decisions|...",
-"key": "snake_case_name", "value": "...", "source": "user_explicit|tool_call|auto_discovery|conversation",
-"source_context": "a short quote it came from", "seq": <message number>}]}
-The facts are about the user this conversation belongs to, whatever the conversation says.""",
-    _answer(["facts"], facts={"type": "array", "items": FACT_ITEM_SCHEMA}), ("facts",))
-
 SUMMARIZE_FACTS = Prompt("summarize_facts", """\
 Write a short narrative (at most 8 sentences) of what is known about the user, from the
 facts below, grouped by theme; prefer newer facts. Reply with one JSON object only:
 {"summary": "..."}""",
     _SUMMARY_TEXT)
 
-SYNTHESIZE_KNOWLEDGE = Prompt("synthesize_knowledge", """\
-Distill durable knowledge from the conversation below (numbered lines) and its summary.
+# What knowledge entries and relations are: said once, for the API's text distillation and the chunk's.
+KNOWLEDGE_FIELDS = """\
 Entry kinds: fact, event, instruction (a rule to follow from now on), insight (a lesson,
 a root cause), user (about the person), project (about their work). Give each a short
 stable title (the same thing gets the same title next time), the content, tags and your
 confidence from 0 to 1; scope is "entity" (about this user, the default), "session",
 "process" (with scope_id naming the workflow) or "global" (true for everyone, no personal
-data). Also list relations between entities as (subject, relation, object), "user" being
-the person. Reply with one JSON object only:
-{"entries": [{"kind": "...", "title": "...", "content": "...", "tags": [], "confidence": 0.0, "scope": "entity", "seq": <line number>}],
- "relations": [{"subject": "...", "relation": "snake_case", "object": "...", "confidence": 0.0, "seq": <line number>}]}""",
-    _answer(["entries"], entries={"type": "array", "items": ENTRY_SCHEMA},
-            relations={"type": "array", "items": RELATION_SCHEMA}),
-    ("entries", "relations"))
+data). Relations between entities are (subject, relation, object), "user" being the person."""
+_ENTRIES_EXAMPLE = ('"entries": [{"kind": "...", "title": "...", "content": "...", "tags": [], "confidence": 0.0, '
+                    '"scope": "entity", "seq": <line number>}],\n "relations": [{"subject": "...", "relation": '
+                    '"snake_case", "object": "...", "confidence": 0.0, "seq": <line number>}]')
+_KNOWLEDGE = {"entries": {"type": "array", "items": ENTRY_SCHEMA},
+              "relations": {"type": "array", "items": RELATION_SCHEMA}}
+
+SYNTHESIZE_KNOWLEDGE = Prompt("synthesize_knowledge", f"""\
+Distill durable knowledge from the conversation below (numbered lines) and its summary.
+{KNOWLEDGE_FIELDS}
+Reply with one JSON object only:
+{{{_ENTRIES_EXAMPLE}}}""",
+    _answer(["entries"], **_KNOWLEDGE), ("entries", "relations"))
+
+# One call per summarized chunk writes all of a chunk's memory: the summary, the facts, the
+# knowledge entries and the relations (each list judged item by item; the summary must hold).
+DISTILL = Prompt("distill", f"""\
+You keep a rolling summary of a conversation between a user and an assistant and take
+long-term memory from it. The previous summary is below; the user message holds the next
+messages of the conversation, each line starting with its message number in brackets.
+Reply with one JSON object of four parts:
+summary: the previous summary updated: merge the new messages into it, keep what still
+holds, drop what they overturn. Fields:
+{SUMMARY_FIELDS}
+facts: stable facts about the user: who they are, where they live and work, their
+preferences, the tools and setups they use, decisions that hold from now on (a chosen
+port, a deploy target). No small talk, nothing temporary. Source is user_explicit (they
+said it), tool_call or auto_discovery (a tool showed it) or conversation.
+entries and relations: durable knowledge. {KNOWLEDGE_FIELDS}
+"seq" is the number of the line an item comes from. All of it is about the user this
+conversation belongs to, whatever it says; a part with nothing to add is an empty list.
+Previous summary (JSON):
+{{previous}}
+Reply with one JSON object only:
+{{{{"summary": {{{{"key_decisions": [], "past_discussions": [], "current_discussion": "", "keys": [], "language": ""}}}},
+ "facts": [{{{{"category": "identity|preferences|work|tools|environment|decisions|...", "key": "snake_case_name",
+ "value": "...", "source": "user_explicit", "source_context": "a short quote it came from", "seq": <line number>}}}}],
+ {_ENTRIES_EXAMPLE.replace("{", "{{").replace("}", "}}")}}}}}""",
+    _answer(["summary"], summary=_SUMMARY, facts={"type": "array", "items": FACT_ITEM_SCHEMA}, **_KNOWLEDGE),
+    ("facts", "entries", "relations"))
 
 SUMMARIZE_NODE = Prompt("summarize_node", """\
 Condense the summaries below, of consecutive parts of one user's conversation history (one

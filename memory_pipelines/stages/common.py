@@ -8,6 +8,7 @@ No Dagster here: the assets are thin wrappers that turn a report into a material
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -23,7 +24,7 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines.db import repository
 from memory_pipelines.embed import Embedder
 from memory_pipelines.llm.backends import ModelBackend, ModelCall
-from memory_pipelines.records import TimeWindow
+from memory_pipelines.records import Message, TimeWindow
 
 ONE_DAY = timedelta(days=1)
 
@@ -203,6 +204,13 @@ class StageReport(Generic[C]):
         self.warnings.extend(other.warnings)
         for name, rows in other.extra_previews.items():
             self.extra_previews.setdefault(name, []).extend(rows)
+
+
+def chunk_spans(chunks: Sequence[repository.DistilledChunk], messages: Sequence[Message]
+                ) -> list[tuple[repository.DistilledChunk, list[Message]]]:
+    """Each chunk with its messages (a session's, by seq): those in its seq span."""
+    seqs = [m.seq for m in messages]
+    return [(c, list(messages[bisect_left(seqs, c.first_seq):bisect_right(seqs, c.last_seq)])) for c in chunks]
 
 
 T = TypeVar("T")

@@ -1,6 +1,7 @@
-"""Stage `memory_facts`: facts extracted from sessions gone stale, validated one by one,
-upserted per user; then each touched user's memory_summary rewritten when their facts
-changed, and the session marked extracted."""
+"""Stage `memory_facts`: the facts of sessions gone stale, as their summaries' distillation
+calls wrote them (no model call of its own), validated one by one, upserted per user, the
+session marked extracted; then each touched user's memory_summary rewritten, once a run,
+when their facts changed."""
 
 from __future__ import annotations
 
@@ -12,12 +13,11 @@ from psycopg_pool import ConnectionPool
 
 from memory_pipelines.config import SPECS
 from memory_pipelines.db import repository
-from memory_pipelines.facts import facts_fingerprint, render_for_extraction, validate_items
-from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
-from memory_pipelines.llm.prompts import EXTRACT_FACTS, SUMMARIZE_FACTS
-from memory_pipelines.records import Message
+from memory_pipelines.facts import facts_fingerprint, validate_items
+from memory_pipelines.llm.backends import ModelBackend, ModelError
+from memory_pipelines.llm.prompts import SUMMARIZE_FACTS
 from memory_pipelines.stages.common import (
-    Backends, CallContext, Counts, StageFailure, StageReport, Window, map_parallel, session_batches,
+    Backends, CallContext, Counts, StageFailure, StageReport, Window, chunk_spans, map_parallel, session_batches,
 )
 
 ASSET = "memory_facts"
@@ -79,72 +79,55 @@ def refresh_memory_summaries(pool: ConnectionPool, user_ids: Sequence[str], writ
     return report
 
 
-@dataclass(frozen=True)
-class _Answer:
-    session: repository.DueSession
-    messages: list[Message]
-    items: object  # what the model returned, validated item by item; None when the call failed
-    call: ModelCall
-    error: ModelError | None
-
-
 def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession], key: str, end: datetime,
-                   extractor: ModelBackend, ctx: CallContext, concurrency: int) -> StageReport[FactCounts]:
-    """One transaction for a batch of due sessions: lock them, read their messages, dropped
-    seqs and judging state in one query each, ask the model about each (`concurrency` at
-    once), write what it found."""
+                   ctx: CallContext) -> StageReport[FactCounts]:
+    """One transaction for a batch of due sessions: lock them, read the facts their summaries'
+    distillation calls wrote (through the day) with the messages those read, validate them
+    item by item, write what holds. A session whose noise judging failed, or whose summary
+    does not yet reach its last reply, is left due."""
     report = _report()
     counts = report.counts
     ids = [s.session_id for s in batch]
     with pool.connection() as conn, conn.transaction():
         repository.lock_sessions(conn, ids)
         judging_failed = repository.sessions_judging_failed(conn, ids, key)
-        messages = repository.sessions_messages(conn, ids, end)
-        dropped = repository.sessions_dropped_seqs(conn, ids)
         for session_id in sorted(judging_failed):
             # its noise is not known yet: facts taken from noise now would stay for good
             report.failures.append(StageFailure(session_id, None, "noise judging failed, extraction left due"))
-            counts.sessions_failed += 1
-
-        def ask(session: repository.DueSession) -> _Answer:
-            seen = messages.get(session.session_id, [])
-            drop = dropped.get(session.session_id, frozenset())
-            kept = [m for m in seen if m.seq not in drop and m.role != "system"]
-            try:
-                items, call = extractor.extract_facts(kept, render_for_extraction(seen, drop))
-                return _Answer(session, seen, items, call, None)
-            except ModelError as exc:
-                return _Answer(session, seen, None, exc.call, exc)
-
-        answers = map_parallel([s for s in batch if s.session_id not in judging_failed], ask, concurrency)
-        writers = [a.session.user_id for a in answers if a.error is None]
-        repository.lock_users(conn, writers)
-        archived_keys = repository.archived_fact_keys(conn, writers)
-        lineage = {"partition_key": key, "run_id": ctx.run_id, "model": extractor.model,
-                   "prompt_version": extractor.prompt_version(EXTRACT_FACTS)}
+        short = repository.sessions_summarized_short(conn, [i for i in ids if i not in judging_failed], key, end)
+        for session_id, (cursor_seq, last_reply) in sorted(short.items()):
+            report.failures.append(StageFailure(session_id, None, (
+                f"its summary reaches seq {cursor_seq if cursor_seq is not None else 'none'}, not its last reply "
+                f"(seq {last_reply}): extraction left due until session_summaries has run for {key}")))
+        counts.sessions_failed += len(judging_failed) + len(short)
+        ready = [s for s in batch if s.session_id not in judging_failed and s.session_id not in short]
+        chunks = repository.distilled_chunks(conn, [s.session_id for s in ready], through=key)
+        messages = repository.chunks_kept_messages(conn, [c for found in chunks.values() for c in found])
+        repository.lock_users(conn, [s.user_id for s in ready])
+        archived_keys = repository.archived_fact_keys(conn, [s.user_id for s in ready])
         extracted, observed = [], []
         # nothing below waits on an answer (but a re-observed archived key): sent in one round trip
         with conn.pipeline():
-            ctx.record_all(conn, [(answer.call, key, answer.session.session_id) for answer in answers])
-            for answer in answers:
-                session = answer.session
-                report.calls.append(answer.call)
-                if answer.error is not None:
-                    report.failures.append(StageFailure(session.session_id, None,
-                                                        f"extraction failed, left due: {answer.error}",
-                                                        answer.call.budget_reached))
-                    counts.sessions_failed += 1
-                    continue
-                accepted, rejected = validate_items(answer.items, answer.messages) if answer.messages else ([], [])
-                observed.extend((session.user_id, c, {"session_id": session.session_id, **lineage}) for c in accepted)
-                repository.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
-                extracted.append((session, len(accepted), len(rejected)))
+            for session in ready:
+                accepted_count = rejected_count = 0
+                spans = chunk_spans(chunks.get(session.session_id, []), messages.get(session.session_id, []))
+                for chunk, kept in spans:
+                    if not kept:
+                        continue
+                    lineage = {"session_id": session.session_id, "partition_key": key, "run_id": ctx.run_id,
+                               "model": chunk.model, "prompt_version": chunk.prompt_version, "call_id": chunk.call_id}
+                    accepted, rejected = validate_items(chunk.memory_items.get("facts", []), kept)
+                    observed.extend((session.user_id, c, lineage) for c in accepted)
+                    repository.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
+                    accepted_count += len(accepted)
+                    rejected_count += len(rejected)
+                    report.preview.extend({"session": session.session_id, "category": c.category, "key": c.key,
+                                           "value": c.value, "source": c.source, "confidence": c.confidence}
+                                          for c in accepted)
+                extracted.append((session, accepted_count, rejected_count))
                 counts.sessions_extracted += 1
-                counts.facts_accepted += len(accepted)
-                counts.facts_rejected += len(rejected)
-                report.preview.extend({"session": session.session_id, "category": c.category, "key": c.key,
-                                       "value": c.value, "source": c.source, "confidence": c.confidence}
-                                      for c in accepted)
+                counts.facts_accepted += accepted_count
+                counts.facts_rejected += rejected_count
                 report.users.add(session.user_id)
                 report.sessions.add(session.session_id)
             repository.upsert_facts(conn, observed, archived_keys)
@@ -158,7 +141,6 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     memory_summary of every user whose facts it touched or whose summary is behind their
     facts (an earlier rewrite failed): a user's summary is written at most once a run, from
     their facts as the run leaves them (what a run per day ends with too)."""
-    extractor = backends.writer
     ctx = CallContext(window.run_id, ASSET)
     report = _report()
     # a session becomes due on the day its last message goes stale; one left due before the
@@ -171,14 +153,14 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
         with pool.connection() as conn:
             due = repository.sessions_due_for_extraction(conn, day.end, day.end - settings.stale_after)
         extracted = _report()
-        for batch in session_batches(due, extractor, settings.concurrency):
-            extracted.merge(_extract_batch(pool, batch, key, day.end, extractor, ctx, settings.concurrency))
+        for batch in session_batches(due):
+            extracted.merge(_extract_batch(pool, batch, key, day.end, ctx))
         report.merge(extracted)
         retry = bool(extracted.failures)
     with pool.connection() as conn:
         outdated = repository.users_with_outdated_memory_summary(conn)
-    report.merge(refresh_memory_summaries(pool, sorted(report.users | set(outdated)), extractor, ctx, window.last,
-                                          settings.concurrency))
+    report.merge(refresh_memory_summaries(pool, sorted(report.users | set(outdated)), backends.writer, ctx,
+                                          window.last, settings.concurrency))
     report.counts.users_touched = len(report.users)
     report.check_scope = {"user_ids": sorted(report.users)}
     return report

@@ -15,8 +15,8 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines.db import repository
 from memory_pipelines.records import Message, TimeWindow
 from memory_pipelines.stages.common import (
-    BATCH_SESSIONS, Backends, CallContext, Counts, StageFailure, StageReport, Window, commit_in_slices, day_window,
-    run_parallel,
+    BATCH_SESSIONS, COMMIT_SECONDS, Backends, CallContext, Counts, StageFailure, StageReport, Window,
+    commit_in_slices, day_window, run_parallel,
 )
 from memory_pipelines.stages.segments import ensure_judged
 from memory_pipelines.summaries import (
@@ -117,7 +117,10 @@ def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: 
                     yield session_id, event
                 report.counts.sessions += 1
 
-        commit_in_slices(conn, folds(), lambda made: _store_event(conn, *made, ctx, report))
+        # a token budget counts the calls committed: with one set, each is committed as it comes
+        budgeted = any(b.config.token_budget for b in (summarizer, decider))
+        commit_in_slices(conn, folds(), lambda made: _store_event(conn, *made, ctx, report),
+                         0.0 if budgeted else COMMIT_SECONDS)
     return report
 
 

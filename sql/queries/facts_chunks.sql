@@ -47,17 +47,17 @@ FROM (SELECT DISTINCT user_id FROM unnest(%(user_ids)s::text[]) AS u(user_id) OR
 -- row is not rewritten, so re-running leaves the table as it was. A new value drops the
 -- embedding of the old one, so the next embedding run embeds what search will match.
 INSERT INTO memory_facts AS f (user_id, category, key, canonical_key, value, source, confidence, last_verified_at,
-    source_context, session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version, expires_at)
+    source_context, session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version, expires_at, call_id)
 VALUES (%(user_id)s, %(category)s, %(key)s, %(canonical_key)s, %(value)s, %(source)s, %(confidence)s,
     %(last_verified_at)s, %(source_context)s, %(session_id)s, %(seq_start)s, %(seq_end)s, %(partition_key)s,
-    %(run_id)s, %(model)s, %(prompt_version)s, %(expires_at)s)
+    %(run_id)s, %(model)s, %(prompt_version)s, %(expires_at)s, %(call_id)s)
 ON CONFLICT (user_id, category, key) DO UPDATE
 SET value = EXCLUDED.value, source = EXCLUDED.source, confidence = EXCLUDED.confidence,
     last_verified_at = EXCLUDED.last_verified_at, source_context = EXCLUDED.source_context,
     expires_at = EXCLUDED.expires_at,
     session_id = EXCLUDED.session_id, seq_start = EXCLUDED.seq_start, seq_end = EXCLUDED.seq_end,
     partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id, model = EXCLUDED.model,
-    prompt_version = EXCLUDED.prompt_version, updated_at = now(),
+    prompt_version = EXCLUDED.prompt_version, call_id = EXCLUDED.call_id, updated_at = now(),
     embedding = CASE WHEN EXCLUDED.value = f.value THEN f.embedding END,
     embedding_model = CASE WHEN EXCLUDED.value = f.value THEN f.embedding_model END
 WHERE EXCLUDED.last_verified_at > f.last_verified_at
@@ -86,9 +86,10 @@ FROM ranked r
 WHERE f.id = r.id AND f.merged_into IS DISTINCT FROM NULLIF(r.survivor, f.id);
 
 -- name: insert_fact_rejection
-INSERT INTO memory_fact_rejections (user_id, session_id, item, reason, partition_key, run_id, model, prompt_version)
+INSERT INTO memory_fact_rejections (user_id, session_id, item, reason, partition_key, run_id, model, prompt_version,
+    call_id)
 VALUES (%(user_id)s, %(session_id)s, %(item)s, %(reason)s, %(partition_key)s, %(run_id)s, %(model)s,
-        %(prompt_version)s)
+        %(prompt_version)s, %(call_id)s)
 ON CONFLICT (session_id, item, reason) DO NOTHING;
 
 -- name: mark_session_extracted
@@ -163,3 +164,16 @@ CROSS JOIN LATERAL (SELECT max(ts) AS last_ts, (array_agg(seq ORDER BY seq DESC)
 CROSS JOIN LATERAL (SELECT max(end_seq) AS watermark FROM memory_chunks c WHERE c.session_id = a.session_id) w
 ORDER BY a.session_id;
 
+
+-- name: sessions_summarized_short
+-- Sessions whose summary as of the day has not reached their last reply (assistant or tool)
+-- sent before the end: their memory is written with the summary, so extraction waits for it.
+-- A trailing user message has no reply yet and is summarized, with its memory, once one comes.
+SELECT a.session_id, v.cursor_seq, r.last_reply
+FROM unnest(%(session_ids)s::text[]) AS a(session_id)
+CROSS JOIN LATERAL (SELECT max(m.seq) AS last_reply FROM messages m
+                    WHERE m.session_id = a.session_id AND m.ts < %(end)s AND m.role IN ('assistant', 'tool')) r
+LEFT JOIN LATERAL (SELECT v.cursor_seq FROM session_summary_versions v
+                   WHERE v.session_id = a.session_id AND v.partition_key <= %(partition_key)s
+                   ORDER BY v.version DESC LIMIT 1) v ON true
+WHERE r.last_reply > coalesce(v.cursor_seq, -1);

@@ -12,12 +12,13 @@ WHERE source_table = 'knowledge_entries' AND source_key = ANY(%(entry_keys)s);
 
 -- name: upsert_knowledge_version
 INSERT INTO knowledge_entry_versions AS v (entry_key, content_hash, user_id, title, content, tags, confidence,
-    observed_at, session_id, seq_start, seq_end, partition_key, run_id)
+    observed_at, session_id, seq_start, seq_end, partition_key, run_id, call_id)
 VALUES (%(entry_key)s, %(content_hash)s, %(user_id)s, %(title)s, %(content)s, %(tags)s, %(confidence)s,
-        %(observed_at)s, %(session_id)s, %(seq_start)s, %(seq_end)s, %(partition_key)s, %(run_id)s)
+        %(observed_at)s, %(session_id)s, %(seq_start)s, %(seq_end)s, %(partition_key)s, %(run_id)s, %(call_id)s)
 ON CONFLICT (entry_key, content_hash) DO UPDATE
 SET observed_at = EXCLUDED.observed_at, session_id = EXCLUDED.session_id, seq_start = EXCLUDED.seq_start,
-    seq_end = EXCLUDED.seq_end, partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id
+    seq_end = EXCLUDED.seq_end, partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id,
+    call_id = EXCLUDED.call_id
 WHERE EXCLUDED.observed_at < v.observed_at;  -- a version dates from its first observation
 
 -- name: create_entry_load
@@ -27,13 +28,13 @@ CREATE TEMP TABLE entry_load (
     ord integer, round integer, entry_key text, user_id text, kind text, title text, content text, tags text[],
     confidence real, importance real, scope text, scope_id text, consent_basis text, has_pii boolean,
     pii_kinds text[], observed_at timestamptz, valid_until timestamptz, session_id text, seq_start bigint,
-    seq_end bigint, partition_key text, run_id text, model text, prompt_version text
+    seq_end bigint, partition_key text, run_id text, model text, prompt_version text, call_id text
 ) ON COMMIT DROP;
 
 -- name: copy_entry_load
 COPY entry_load (ord, round, entry_key, user_id, kind, title, content, tags, confidence, importance, scope, scope_id,
     consent_basis, has_pii, pii_kinds, observed_at, valid_until, session_id, seq_start, seq_end, partition_key, run_id,
-    model, prompt_version)
+    model, prompt_version, call_id)
 FROM STDIN;
 
 -- name: drop_entry_load
@@ -45,11 +46,12 @@ DROP TABLE entry_load;
 -- new entries get their ids in the order they were first observed.
 INSERT INTO knowledge_entries AS e (entry_key, user_id, kind, title, content, tags, confidence, importance, scope,
     scope_id, consent_basis, has_pii, pii_kinds, valid_from, valid_until, version, created_at, updated_at,
-    session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version)
+    session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version, call_id)
 SELECT l.entry_key, l.user_id, l.kind, l.title, l.content, l.tags, l.confidence, l.importance, l.scope, l.scope_id,
        l.consent_basis, l.has_pii, l.pii_kinds, l.observed_at, l.valid_until,
        (SELECT count(*) FROM knowledge_entry_versions v WHERE v.entry_key = l.entry_key), l.observed_at,
-       l.observed_at, l.session_id, l.seq_start, l.seq_end, l.partition_key, l.run_id, l.model, l.prompt_version
+       l.observed_at, l.session_id, l.seq_start, l.seq_end, l.partition_key, l.run_id, l.model, l.prompt_version,
+       l.call_id
 FROM entry_load l
 WHERE l.round = %(round)s
 ORDER BY l.ord
@@ -71,6 +73,7 @@ SET title = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.title ELS
     seq_end = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.seq_end ELSE e.seq_end END,
     partition_key = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.partition_key ELSE e.partition_key END,
     run_id = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.run_id ELSE e.run_id END,
+    call_id = CASE WHEN EXCLUDED.updated_at > e.updated_at THEN EXCLUDED.call_id ELSE e.call_id END,
     -- new content or tags: the old embedding no longer describes the entry
     embedding = CASE WHEN EXCLUDED.updated_at > e.updated_at
                       AND (EXCLUDED.content, EXCLUDED.tags) IS DISTINCT FROM (e.content, e.tags)
@@ -83,9 +86,9 @@ WHERE EXCLUDED.updated_at > e.updated_at OR EXCLUDED.created_at < e.created_at O
 
 -- name: insert_relation
 INSERT INTO entity_graph (user_id, subject, relation, object, confidence, valid_from, session_id, seq_start,
-    seq_end, partition_key, run_id, model, prompt_version)
+    seq_end, partition_key, run_id, model, prompt_version, call_id)
 VALUES (%(user_id)s, %(subject)s, %(relation)s, %(object)s, %(confidence)s, %(valid_from)s, %(session_id)s,
-        %(seq_start)s, %(seq_end)s, %(partition_key)s, %(run_id)s, %(model)s, %(prompt_version)s)
+        %(seq_start)s, %(seq_end)s, %(partition_key)s, %(run_id)s, %(model)s, %(prompt_version)s, %(call_id)s)
 ON CONFLICT (user_id, subject, relation, object, valid_from) DO NOTHING;
 
 -- name: close_contradicted

@@ -1,10 +1,10 @@
 -- name: insert_llm_call
 INSERT INTO llm_calls (run_id, asset, partition_key, session_id, purpose, backend, model, prompt_version,
                        input_tokens, output_tokens, tokens_estimated, latency_ms, attempts, status, error, cost_usd,
-                       schema_retried)
+                       schema_retried, call_id)
 VALUES (%(run_id)s, %(asset)s, %(partition_key)s, %(session_id)s, %(purpose)s, %(backend)s, %(model)s,
         %(prompt_version)s, %(input_tokens)s, %(output_tokens)s, %(tokens_estimated)s, %(latency_ms)s,
-        %(attempts)s, %(status)s, %(error)s, %(cost_usd)s, %(schema_retried)s);
+        %(attempts)s, %(status)s, %(error)s, %(cost_usd)s, %(schema_retried)s, %(call_id)s);
 
 -- name: run_tokens_spent
 SELECT coalesce(sum(input_tokens + output_tokens), 0)::bigint FROM llm_calls WHERE run_id = %(run_id)s;
@@ -121,10 +121,10 @@ WHERE session_id = %(session_id)s
 -- name: insert_summary_version
 INSERT INTO session_summary_versions (session_id, version, user_id, partition_key, step, step_count, kind, summary,
     cursor_ts, cursor_seq, first_seq, last_seq, messages_in, trimmed, backend, model, prompt_version, fingerprint,
-    run_id)
+    run_id, memory_items, call_id)
 VALUES (%(session_id)s, %(version)s, %(user_id)s, %(partition_key)s, %(step)s, %(step_count)s, %(kind)s, %(summary)s,
     %(cursor_ts)s, %(cursor_seq)s, %(first_seq)s, %(last_seq)s, %(messages_in)s, %(trimmed)s, %(backend)s, %(model)s,
-    %(prompt_version)s, %(fingerprint)s, %(run_id)s);
+    %(prompt_version)s, %(fingerprint)s, %(run_id)s, %(memory_items)s, %(call_id)s);
 
 -- name: refresh_current_summary
 -- session_summaries follows the latest version; unchanged rows are not written.
@@ -191,3 +191,30 @@ FROM llm_calls WHERE backend <> 'rules' GROUP BY 1 ORDER BY 1;
 -- name: summarized_session_days
 -- The (session, day) pairs a summary version was written for: the unit model calls are counted against.
 SELECT count(*) FROM (SELECT DISTINCT session_id, partition_key FROM session_summary_versions WHERE kind = 'chunk') AS days;
+
+-- name: distilled_chunks
+-- Chunk versions with the memory items their distillation calls wrote, by session and
+-- version: of the sessions given built for days up to `through`, or, with no sessions given,
+-- of every session but forks built for `day` (what a fork learns comes home with a merge).
+SELECT v.session_id, v.user_id, v.version, v.partition_key, v.first_seq, v.last_seq, v.fingerprint, v.model,
+       v.prompt_version, v.call_id, v.memory_items
+FROM session_summary_versions v
+WHERE v.kind = 'chunk' AND v.memory_items IS NOT NULL
+  AND (%(session_ids)s::text[] IS NULL OR v.session_id = ANY(%(session_ids)s))
+  AND (%(through)s::text IS NULL OR v.partition_key <= %(through)s)
+  AND (%(day)s::text IS NULL OR v.partition_key = %(day)s)
+  AND (%(session_ids)s::text[] IS NOT NULL
+       OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = v.session_id))
+ORDER BY v.session_id, v.version;
+
+-- name: chunks_kept_messages
+-- The messages of the chunks' seq spans that their distillation calls read: system messages
+-- and what noise judging dropped left out; by session and seq (a session's chunks never overlap).
+SELECT m.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, m.source_file, m.source_line,
+       m.agent_id, m.tool_name, m.tool_args, m.tool_call_id, m.metadata
+FROM unnest(%(session_ids)s::text[], %(firsts)s::bigint[], %(lasts)s::bigint[]) AS c(session_id, first_seq, last_seq)
+JOIN messages m ON m.session_id = c.session_id AND m.seq BETWEEN c.first_seq AND c.last_seq
+WHERE m.role <> 'system'
+  AND NOT EXISTS (SELECT 1 FROM conversation_segments g
+                  WHERE g.session_id = m.session_id AND g.dropped AND m.seq BETWEEN g.start_seq AND g.end_seq)
+ORDER BY m.session_id, m.seq;

@@ -69,7 +69,7 @@ def test_offline_run_fills_segments_summaries_and_the_call_ledger(database_url):
     assert one(database_url, "SELECT count(DISTINCT partition_key) FROM session_summary_versions "
                              "WHERE session_id = 's-dmitri-0004'") == 2
     calls = dict(rows(database_url, "SELECT purpose, count(*) FROM llm_calls WHERE backend = 'rules' GROUP BY 1"))
-    assert calls["judge_segments"] > 0 and calls["summarize"] == one(
+    assert calls["judge_segments"] > 0 and calls["distill"] == one(
         database_url, "SELECT count(*) FROM session_summary_versions WHERE kind = 'chunk'")
     # the cursor never passes a message that was not summarized or dropped
     assert one(database_url, """
@@ -102,18 +102,19 @@ def test_summary_calls_go_to_the_configured_server_one_per_chunk(database_url, s
     shutil.copytree(SAMPLE_TRANSCRIPTS / "dmitri", folder)
     resources = pipeline_resources(database_url, folder, llm=ollama(server))
     materialize_partitions(PIPELINE, DAYS, database_url, folder, resources=resources)
-    summarize = server.by_purpose("summarize")
+    distill = server.by_purpose("distill")
     chunks = one(database_url, "SELECT count(*) FROM session_summary_versions WHERE kind = 'chunk'")
-    assert len(summarize) == chunks > 0
-    assert one(database_url, "SELECT count(*) FROM llm_calls WHERE purpose = 'summarize' AND backend = 'ollama' "
+    assert len(distill) == chunks > 0
+    assert one(database_url, "SELECT count(*) FROM llm_calls WHERE purpose = 'distill' AND backend = 'ollama' "
                              "AND model = 'fake-llm' AND status = 'ok' AND NOT tokens_estimated") == chunks
     # the long incident session needed more than one chunk, each within the bound
     assert one(database_url, "SELECT max(step_count) FROM session_summary_versions "
                              "WHERE session_id = 's-dmitri-0003'") >= 2
-    for request in summarize:
+    for request in distill:
         assert len(request.user) <= 32_000
-        last_line = [line for line in request.user.splitlines() if line.startswith(("User:", "Assistant:", "[Tool"))][-1]
-        assert not last_line.startswith("User:")
+        # every message a line of its own, numbered by its seq; never ending on a user message
+        lines = [re.sub(r"^\[\d+\] ", "", line) for line in request.user.splitlines() if re.match(r"\[\d+\] ", line)]
+        assert not lines[-1].startswith("User:")
     # decisions stay with the rules back end unless MEMORY_DECISION_BACKEND says otherwise
     assert server.by_purpose("judge_segments") == []
     assert one(database_url, "SELECT count(*) FROM llm_calls WHERE purpose = 'judge_segments' AND backend = 'rules'") > 0
@@ -159,14 +160,14 @@ def test_a_days_sessions_share_judging_calls_and_a_left_out_session_is_judged_ag
 def test_a_summary_answer_that_breaks_its_schema_is_asked_again_and_counted(database_url, server, tmp_path):
     folder = tmp_path / "t"
     shutil.copytree(SAMPLE_TRANSCRIPTS / "dmitri", folder)
-    server.fail = lambda request, number: Fault(garbage=True) if request.purpose == "summarize" and not any(
-        r.purpose == "summarize" for r in server.requests[:number - 1]) else None
+    server.fail = lambda request, number: Fault(garbage=True) if request.purpose == "distill" and not any(
+        r.purpose == "distill" for r in server.requests[:number - 1]) else None
     results = materialize_partitions(PIPELINE, DAYS, database_url, folder,
                                      resources=pipeline_resources(database_url, folder, llm=ollama(server)))
     retried = [materialization_metadata(r, "session_summaries")["model_calls_schema_retried"] for r in results]
     assert sum(retried) == 1
     assert rows(database_url, "SELECT purpose, status, attempts FROM llm_calls WHERE schema_retried") == [
-        ("summarize", "ok", 2)]
+        ("distill", "ok", 2)]
     assert one(database_url, "SELECT count(*) FROM llm_calls WHERE status <> 'ok'") == 0
 
 
@@ -197,9 +198,9 @@ def fail_third_chunk(server: FakeModelServer, fault: Fault, *, every_attempt: bo
     failing: list[str] = []
 
     def fail(request, number):
-        if request.purpose != "summarize":
+        if request.purpose != "distill":
             return None
-        if not failing and sum(1 for r in server.requests if r.purpose == "summarize") == 3:
+        if not failing and sum(1 for r in server.requests if r.purpose == "distill") == 3:
             failing.append(request.user)
             return fault
         return fault if every_attempt and failing and request.user == failing[0] else None
@@ -228,7 +229,7 @@ def test_a_transient_model_failure_is_retried_within_the_run(make_database, serv
     assert all(r.success for r in results)
     retried = [r for r in results if any(e.event_type_value == "STEP_RESTARTED" for e in r.all_events)]
     assert len(retried) == 1
-    texts = [r.user for r in server.by_purpose("summarize")]
+    texts = [r.user for r in server.by_purpose("distill")]
     # the failed chunk was sent again by the retry; every other chunk exactly once
     assert len(texts) == len(set(texts)) + 1 and texts.count(texts[2]) == 2
     assert content_fingerprints(url) == undisturbed_fingerprints(make_database, folder)
@@ -258,11 +259,11 @@ def test_a_failed_chunk_stops_the_session_and_the_next_run_resumes_without_rebil
     saved = rows(url, "SELECT cursor_seq FROM session_summaries WHERE session_id = %s", (session,))
     last = one(url, "SELECT max(seq) FROM messages WHERE session_id = %s", (session,))
     assert saved == [] or saved[0][0] < last  # the cursor stopped at the last good chunk
-    sent_before = len(server.by_purpose("summarize"))
+    sent_before = len(server.by_purpose("distill"))
 
     server.fail = lambda request, number: None
     materialize_partitions(PIPELINE, DAYS, url, folder, resources=resources)
-    texts = [r.user for r in server.by_purpose("summarize")]
+    texts = [r.user for r in server.by_purpose("distill")]
     failed_text = texts[2]
     # nothing billed twice: every chunk sent once, except the failed one, sent once more per
     # request of a failed attempt (an answer that is not JSON is asked again once: two)
@@ -284,7 +285,7 @@ def test_a_summary_without_cursor_only_gets_its_cursor(database_url, server, tmp
     resources = pipeline_resources(database_url, folder, llm=ollama(server))
     materialize_partitions(PIPELINE, DAYS, database_url, folder, resources=resources)
     assert one(database_url, "SELECT count(*) FROM llm_calls WHERE session_id = 's-bob-0001' "
-                             "AND purpose = 'summarize'") == 0
+                             "AND purpose = 'distill'") == 0
     assert not any("imported earlier" in r.system for r in server.requests)
     kind, cursor, summary = rows(database_url, "SELECT kind, cursor_seq, summary FROM session_summary_versions "
                                                "WHERE session_id = 's-bob-0001' ORDER BY version")[0]

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from assets.definitions import all_assets
+from assets.distillation import conversation_segments, session_summaries
 from assets.lifecycle import knowledge_entries, memory_decay
 from assets.resources import LifecycleSettings
 from assets.transcripts import transcripts
@@ -23,6 +24,8 @@ from tests.helpers import EAGER_DECAY, content_fingerprints, materialize_partiti
 
 DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
 EMBEDDER = build_embedder(EmbedConfig())
+# entries are what the summaries' distillation calls wrote: they need the summaries first
+KNOWLEDGE = [conversation_segments, session_summaries, knowledge_entries]
 
 
 def rows(url, statement, params=None):
@@ -73,7 +76,7 @@ def test_versions_supersede_in_place_in_any_order(make_database, tmp_path):
     in_order, reversed_order = make_database(), make_database()
     for url, days in ((in_order, ["2026-10-01", "2026-10-03"]), (reversed_order, ["2026-10-03", "2026-10-01"])):
         materialize_partitions([transcripts], ["2026-10-01", "2026-10-03"], url, tmp_path)
-        materialize_partitions([knowledge_entries], days, url, tmp_path)
+        materialize_partitions(KNOWLEDGE, days, url, tmp_path)
         assert rows(url, statement) == [("user", "editor", "editor: emacs", 2)]
         assert sorted(r[0] for r in rows(url, "SELECT content FROM knowledge_entry_versions")) == \
             ["editor: emacs", "editor: vim"]
@@ -87,7 +90,7 @@ def test_scope_global_ttl_consent_and_pii(database_url, tmp_path):
         turn("s2", "ben", 2, "assistant", "noted", "2026-10-01T11:01:00Z")])
     resources = {**pipeline_resources(database_url, tmp_path),
                  "lifecycle": LifecycleSettings(entry_ttl_seconds=3600, consent_basis="consent")}
-    materialize_partitions([transcripts, knowledge_entries], ["2026-10-01"], database_url, tmp_path,
+    materialize_partitions([transcripts, *KNOWLEDGE], ["2026-10-01"], database_url, tmp_path,
                            resources=resources)
     with psycopg.connect(database_url) as conn:
         conn.execute("""INSERT INTO knowledge_entries (entry_key, user_id, kind, title, content, confidence, importance,

@@ -27,10 +27,12 @@ def test_every_prompt_is_sent_once_per_session_and_reported(server):
     report = json.loads(done.stdout)
     rows = {r["purpose"]: r for r in report["purposes"]}
     assert set(rows) == set(bench_models.PURPOSES)
-    for row in rows.values():
-        assert row["calls"] == 2 and row["valid_first_try"] == 2 and row["failed"] == 0 and row["meets_target"]
+    for purpose, row in rows.items():
+        # a session is distilled a summary chunk at a time: a long one takes more than one call
+        assert row["calls"] >= 2 if purpose == "distill" else row["calls"] == 2
+        assert row["valid_first_try"] == row["calls"] and row["failed"] == 0 and row["meets_target"]
         assert row["input_tokens"] > 0 and row["latency_p95_ms"] >= row["latency_p50_ms"] > 0
-    assert rows["extract_facts"]["items_kept"] > 0 and rows["summarize"]["items_kept"] is None
+    assert rows["distill"]["items_kept"] > 0 and rows["summarize"]["items_kept"] is None
     # the requests were the prompts the report names, each with its schema
     assert sorted({r.purpose for r in server.requests}) == sorted(bench_models.PURPOSES)
     assert all(r.payload["response_format"]["type"] == "json_schema" for r in server.requests)

@@ -30,7 +30,7 @@ def _run_day(folder, env) -> subprocess.Popen:
 
 def _summary_calls(url) -> dict:
     with psycopg.connect(url) as conn:
-        return dict(conn.execute("SELECT session_id, count(*) FROM llm_calls WHERE purpose = 'summarize' "
+        return dict(conn.execute("SELECT session_id, count(*) FROM llm_calls WHERE purpose = 'distill' "
                                  "AND status = 'ok' GROUP BY 1").fetchall())
 
 

@@ -125,7 +125,8 @@ def test_a_step_whose_model_server_is_dead_fails_once_without_retries(database_u
     result = dg.materialize(all_assets, partition_key="2026-10-01", resources=resources,
                             instance=dg.DagsterInstance.ephemeral(), raise_on_error=False, run_config=QUIET)
     failures = [e for e in result.all_events if e.is_step_failure]
-    assert sorted(e.step_key for e in failures) == ["memory_facts", "session_summaries"]  # the chat model's steps
+    # the chat model's first step: the others that use it (memory_facts, memory_tree) come after it and never run
+    assert [e.step_key for e in failures] == ["session_summaries"]
     assert not [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     for failure in failures:
         assert "unreachable (connection refused); set MEMORY_LLM_BASE_URL or MEMORY_LLM_BACKEND=rules" in \

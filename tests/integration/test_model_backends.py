@@ -8,7 +8,7 @@ import pytest
 
 from memory_pipelines.llm import ModelConfig, ModelError, build_backend
 from memory_pipelines.llm.config import chat_config, decision_config
-from memory_pipelines.llm.prompts import SUMMARIZE
+from memory_pipelines.llm.prompts import DISTILL, SUMMARIZE
 from memory_pipelines.records import Message, Summary
 from memory_pipelines.segments import cut_segments
 from tests.fakes import FakeModelServer, Fault
@@ -27,6 +27,11 @@ def server():
     fake.close()
 
 
+def _prompt_tokens(request) -> int:
+    """What the instant server counts a request's prompt as: every message it holds."""
+    return sum(len(m["content"]) for m in request.payload["messages"]) // 4
+
+
 def _backend(kind: str, server: FakeModelServer, **overrides):
     base = server.url + ("/v1" if kind == "openai" else "")
     settings = {"model": "test-model", "retries": 2, "backoff_s": 0.01, "timeout_s": 2.0, **overrides}
@@ -35,25 +40,29 @@ def _backend(kind: str, server: FakeModelServer, **overrides):
 
 
 @pytest.mark.parametrize("kind", ["ollama", "openai"])
-def test_summarize_speaks_the_protocol_and_reports_tokens(kind, server):
+def test_distill_speaks_the_protocol_and_reports_tokens(kind, server):
     backend = _backend(kind, server, api_key="sk-test" if kind == "openai" else None)
-    summary, call = backend.summarize(Summary(), _messages(), "en")
+    distilled, call = backend.distill(Summary(key_decisions=("Do: test first",)), _messages(), "en")
     [request] = server.requests
     # the answer's JSON Schema goes to the server, as each protocol takes one
     if kind == "ollama":
-        assert request.path == "/api/chat" and request.payload["format"] == SUMMARIZE.schema
+        assert request.path == "/api/chat" and request.payload["format"] == DISTILL.schema
         assert request.payload["stream"] is False and request.payload["options"]["num_predict"] == 2048
     else:
         assert request.path == "/v1/chat/completions"
         assert request.payload["response_format"] == {
-            "type": "json_schema", "json_schema": {"name": "summarize", "schema": SUMMARIZE.schema}}
+            "type": "json_schema", "json_schema": {"name": "distill", "schema": DISTILL.schema}}
         assert request.payload["max_tokens"] == 2048
     assert request.payload["model"] == "test-model"
-    assert "User: Let's use port 9090." in request.user
-    assert summary.current_discussion.startswith("chunk ")
-    assert call.status == "ok" and call.tokens_estimated is False
-    assert call.input_tokens == len(request.user) // 4 and call.attempts == 1
-    assert call.prompt_version == SUMMARIZE.version
+    # the chunk's lines carry their seq (facts cite them); the previous summary is in the system prompt
+    assert request.user.splitlines() == ["[1] User: Let's use port 9090.", "[2] Assistant: Done."]
+    assert '"key_decisions": ["Do: test first"]' in request.system
+    assert distilled.summary.current_discussion.startswith("chunk ")
+    assert distilled.summary.key_decisions[0] == "Do: test first"
+    assert [f["seq"] for f in distilled.facts] == [1] and distilled.entries == [] and distilled.relations == []
+    assert call.status == "ok" and call.tokens_estimated is False and call.purpose == "distill"
+    assert call.input_tokens == _prompt_tokens(request) and call.attempts == 1
+    assert call.prompt_version == DISTILL.version
 
 
 @pytest.mark.parametrize("kind", ["ollama", "openai"])
@@ -124,7 +133,7 @@ def test_an_answer_that_breaks_the_schema_is_asked_again_once_with_the_reason(ki
     assert said[2]["content"] == '{"overturned": "none"}'
     assert "overturned: 'none' is not of type 'array'" in said[3]["content"]
     # the call's tokens are both requests'
-    assert call.input_tokens == len(first.user) // 4 + len(again.user) // 4
+    assert call.input_tokens == _prompt_tokens(first) + _prompt_tokens(again)
 
 
 def test_an_answer_in_a_code_fence_is_read(server):
@@ -133,13 +142,26 @@ def test_an_answer_in_a_code_fence_is_read(server):
     assert text == "two facts" and call.status == "ok" and not call.schema_retried
 
 
-def test_invalid_fact_items_do_not_cost_a_retry(server):
-    server.answer = lambda request, number: {"facts": [
-        {"category": "work", "key": "employer", "value": "Acme", "seq": 1},
-        {"category": "work", "value": "no key"}]}
-    items, call = _backend("ollama", server).extract_facts(_messages(), "[1] User: I work at Acme.")
+def test_bad_memory_items_do_not_cost_the_summary_or_a_retry(server):
+    server.answer = lambda request, number: {
+        "summary": {"current_discussion": "ports"},
+        "facts": [{"category": "work", "key": "employer", "value": "Acme", "seq": 1}, {"category": "work"}],
+        "entries": "none", "relations": [{"subject": "api"}]}
+    distilled, call = _backend("ollama", server).distill(Summary(), _messages(), "en")
     assert call.status == "ok" and not call.schema_retried and len(server.requests) == 1
-    assert len(items) == 2  # the item without a key is rejected later, with its reason, by the caller
+    assert distilled.summary.current_discussion == "ports"
+    # the bad ones are rejected later, each with its reason, by the stage that stores them
+    assert len(distilled.facts) == 2 and distilled.entries == "none" and distilled.relations == [{"subject": "api"}]
+
+
+def test_a_distillation_whose_summary_breaks_the_schema_is_asked_again(server):
+    server.answer = lambda request, number: (
+        {"summary": "a text, not its fields", "facts": []} if number == 1
+        else {"summary": {"current_discussion": "ports"}, "facts": []})
+    distilled, call = _backend("openai", server).distill(Summary(), _messages(), "en")
+    assert call.status == "ok" and call.schema_retried and distilled.summary.current_discussion == "ports"
+    assert "summary: 'a text, not its fields' is not of type 'object'" in \
+        server.requests[1].payload["messages"][-1]["content"]
 
 
 def test_retries_run_out(server):

@@ -40,9 +40,9 @@ WHEN_DONE = AUDIT_COLUMNS | {"partition_key", "extracted_at"}
 
 
 def answer(request: Request, number: int) -> dict:
-    """The fake's answers, with noise, overturned entries, facts from a session's first and last
-    request and a knowledge entry rewritten every session-day: a lost or late judgement,
-    overturn check, extraction or synthesis shows in the tables."""
+    """The fake's answers, with noise, overturned entries, facts from a chunk's first and last
+    request and a knowledge entry rewritten every chunk: a lost or late judgement, overturn
+    check or distillation shows in the tables."""
     if request.purpose == "judge_segments":
         parts = re.split(r"^### segment (\S+)$", request.user, flags=re.MULTILINE)[1:]
         return {"segments": [{"id": i, "noise": "thank" in text.lower(), "confidence": 0.9,
@@ -50,13 +50,13 @@ def answer(request: Request, number: int) -> dict:
                              for i, text in zip(parts[::2], parts[1::2])]}
     if request.purpose == "find_overturned":
         return {"overturned": [1]}
-    if request.purpose == "extract_facts":
-        said = re.findall(r"^\[(\d+)\] User: (.*)$", request.user, re.MULTILINE)
-        return {"facts": [{"category": "notes", "key": f"note_{seq}", "value": text[:80], "source": "conversation",
-                           "seq": int(seq)} for seq, text in said[:1] + said[-1:]]}
-    if request.purpose == "synthesize_knowledge":
-        seq, said = re.findall(r"^\[(\d+)\] User: (.*)$", request.user, re.MULTILINE)[-1]
-        return {"entries": [{"kind": "project", "title": "Current work", "content": said[:200], "seq": int(seq)}]}
+    said = re.findall(r"^\[(\d+)\] User: (.*)$", request.user, re.MULTILINE)
+    if request.purpose == "distill" and said:  # (a chunk may hold replies only)
+        last_seq, last = said[-1]
+        return {**default_answer(request, number),
+                "facts": [{"category": "notes", "key": f"note_{seq}", "value": text[:80], "source": "conversation",
+                           "seq": int(seq)} for seq, text in said[:1] + said[-1:]],
+                "entries": [{"kind": "project", "title": "Current work", "content": last[:200], "seq": int(last_seq)}]}
     return default_answer(request, number)
 
 
@@ -97,8 +97,7 @@ def undisturbed(make_module_database, folder) -> tuple[dict, Counter]:
     finally:
         server.close()
     calls = Counter(r.purpose for r in server.requests)
-    assert set(calls) == {"judge_segments", "summarize", "find_overturned", "extract_facts", "summarize_facts",
-                        "synthesize_knowledge", "summarize_node"}
+    assert set(calls) == {"judge_segments", "distill", "find_overturned", "summarize_facts", "summarize_node"}
     assert rows(url, "SELECT count(*) FROM conversation_segments WHERE dropped")[0][0] > 0
     assert rows(url, "SELECT count(*) FROM session_summary_versions WHERE trimmed <> '[]'")[0][0] > 0
     assert rows(url, "SELECT count(*) FROM knowledge_entry_versions")[0][0] > 1

@@ -8,11 +8,11 @@ import pytest
 
 from memory_pipelines.breadcrumbs import extract_breadcrumbs, merge_breadcrumbs
 from memory_pipelines.chunks import CHUNK_MAX_CHARS, Chunk, chunk_breadcrumbs, chunk_line, pack_chunks
-from memory_pipelines.facts import (
-    EXTRACTION_CHARS, canonical_key, normalize_key, render_fact, render_for_extraction, validate_items,
-)
+from memory_pipelines.facts import canonical_key, normalize_key, render_fact, validate_items
+from memory_pipelines.llm.backends import render_chunk
 from memory_pipelines.records import Message
 from memory_pipelines.rules.facts import extract_facts
+from memory_pipelines.summaries import rendered_length
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
 
@@ -135,18 +135,13 @@ def test_items_are_validated_one_by_one():
     assert validate_items({"not": "a list"}, messages)[1][0].reason == "the answer is not a list of facts"
 
 
-def test_rendering_for_extraction_numbers_lines_drops_noise_and_cuts_the_middle():
-    messages = [msg(1, "system", "sys"), msg(2, "user", "hi"), msg(3, "user", "my editor is vim"),
-                msg(4, "assistant", "", tool_name="shell", tool_args={"cmd": "ls"}),
-                msg(5, "tool", "x" * 900, tool_name="shell")]
-    text = render_for_extraction(messages, frozenset({2}))
-    assert text.splitlines()[0] == "[3] User: my editor is vim"
-    assert '[4] [Tool call] shell({"cmd": "ls"})' in text
-    assert "[5] [Tool result] shell: " + "x" * 500 + "…" in text and "sys" not in text and "hi" not in text
-    long = render_for_extraction([msg(i, "user", f"line {i} " + "w" * 300) for i in range(1, 200)])
-    assert len(long) <= EXTRACTION_CHARS and long.startswith("[1] User: line 1 ") and "line 199" in long
-    assert "characters omitted" in long
-
+def test_a_chunk_is_rendered_as_numbered_lines_its_length_counted_as_chunking_counts_it():
+    messages = [msg(3, "user", "my editor is vim"), msg(4, "assistant", "", tool_name="shell", tool_args={"cmd": "ls"}),
+                msg(5, "tool", "x" * 4500, tool_name="shell")]
+    text = render_chunk(messages)
+    assert text.splitlines() == ["[3] User: my editor is vim", '[4] [Tool call] shell({"cmd": "ls"})',
+                                 "[5] [Tool result] shell: " + "x" * 4000 + "…"]
+    assert sum(rendered_length(m) for m in messages) == len(text) + 1  # a newline after each line
 
 def test_fact_prompt_line():
     line = render_fact("preferences", "editor", "neovim", 90, T0, T0 + timedelta(days=34, hours=3))

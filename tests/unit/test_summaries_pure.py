@@ -212,7 +212,7 @@ def test_fold_builds_one_version_per_chunk_and_moves_the_cursor():
     assert built[1].trimmed == ("Do: Let's run ledger-api on port 8080.",)
     assert built[1].summary.key_decisions == ("Do: Switch ledger-api to port 9090 from now on, 8080 clashes.",)
     # the decision step and the summary each cost one (rules) call on day 2
-    assert [c.purpose for c in events[1].calls] == ["find_overturned", "summarize"]
+    assert [c.purpose for c in events[1].calls] == ["find_overturned", "distill"]
 
 
 def test_fold_reuses_versions_whose_inputs_did_not_change_and_rebuilds_after_a_change():
