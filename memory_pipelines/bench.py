@@ -200,6 +200,13 @@ class DistillBench:
         return amount / self.summarized_session_days if self.summarized_session_days else 0.0
 
     @property
+    def distillation_calls(self) -> int:
+        """The calls that distil transcripts into memory: judging and the chunks' distillation
+        (the users' narratives and the tree's nodes are written from stored memory)."""
+        return sum(self.usage[p].calls for stage in DISTILLATION_STAGES for p in PURPOSES_BY_STAGE[stage]
+                   if p in self.usage)
+
+    @property
     def input_tokens(self) -> int:
         return sum(u.input_tokens for u in self.usage.values())
 
@@ -214,6 +221,7 @@ class DistillBench:
         return {**asdict(self), "messages_per_s": self.messages_per_s, "model_calls": self.model_calls,
                 "calls_per_1000_messages": self.per_1000_messages(self.model_calls),
                 "calls_per_session_day": self.per_session_day(self.model_calls),
+                "distillation_calls_per_session_day": self.per_session_day(self.distillation_calls),
                 "input_tokens_per_1000_messages": self.per_1000_messages(self.input_tokens),
                 "output_tokens_per_1000_messages": self.per_1000_messages(self.output_tokens),
                 "estimated_cost_usd": {model: {"run": self.cost_usd(price),
@@ -226,6 +234,7 @@ class DistillBench:
 PURPOSES_BY_STAGE = {"conversation_segments": ("judge_segments",),
                      "session_summaries": ("distill", "find_overturned"),
                      "memory_facts": ("summarize_facts",), "memory_tree": ("summarize_node",)}
+DISTILLATION_STAGES = ("conversation_segments", "session_summaries")
 
 
 def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = None) -> str:
@@ -257,6 +266,10 @@ def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = 
                      f"| {per_k(result.input_tokens):,.0f} | {per_k(result.output_tokens):,.0f} "
                      f"| {sum(u.schema_retried for u in result.usage.values()):,} "
                      f"| {sum(u.failed for u in result.usage.values()):,} |")
+        lines += ["", f"distillation (judging and the chunks' distillation calls): "
+                      f"{result.per_session_day(result.distillation_calls):.2f} calls per summarized session-day; "
+                      f"the whole run, with the users' narratives and the tree's nodes: "
+                      f"{result.per_session_day(result.model_calls):.2f}"]
     if result.usage and prices:
         lines += ["", "Estimated cost of these tokens at the price table's prices (US dollars):", "",
                   "| model | input / output per million tokens | this run | per 1,000 messages | per session-day |",

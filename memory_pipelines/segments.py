@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError, estimate_tokens, render_transcript
+from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError, estimate_tokens, render_for_judging
 from memory_pipelines.llm.prompts import JUDGE_SEGMENTS
 from memory_pipelines.records import Message, NoiseVerdict, Segment
 from memory_pipelines.rules.noise import DROP_THRESHOLD
@@ -42,6 +42,7 @@ class JudgedSegment:
     verdict: NoiseVerdict
     status: str  # ok | failed
     error: str | None = None
+    evident: bool = False  # kept by rule, no judge asked (`evidently_kept`)
 
     @property
     def dropped(self) -> bool:
@@ -52,27 +53,44 @@ class JudgedSegment:
 class SessionJudgement:
     fingerprint: str
     judged: tuple[JudgedSegment, ...]
-    call: ModelCall
+    call: ModelCall | None  # None: every segment was evidently kept, no judge asked
 
 
 MISSING_VERDICT = "the answer gave no verdict for this segment"
 KEPT = NoiseVerdict(False, 0.0)
+EVIDENTLY_KEPT = NoiseVerdict(False, 1.0)
+
+
+def evidently_kept(segment: Segment) -> bool:
+    """A segment with a successful tool result: never noise by the judging prompt's own rule
+    (a tool result is not noise). No judge is asked about it, which keeps the tool output out
+    of every day's judging prompts."""
+    return any(m.role == "tool" and not m.metadata.get("is_error") for m in segment.messages)
 
 
 def judge_sessions(sessions: Sequence[Sequence[Segment]], backend: ModelBackend) -> list[SessionJudgement]:
-    """Judge several sessions' segments of a window in one call, all sharing it. If judging
-    fails, every segment is kept (and marked failed, so a later run judges it again); a
-    segment the answer left out is kept and marked failed the same way."""
+    """Judge several sessions' segments of a window in one call, all sharing it (the
+    evidently kept ones are not asked about). If judging fails, every segment asked about is
+    kept (and marked failed, so a later run judges it again); a segment the answer left out
+    is kept and marked failed the same way."""
     fingerprints = [judgement_fingerprint(segments, backend) for segments in sessions]
-    try:
-        verdicts, call = backend.judge_sessions(sessions)
-    except ModelError as exc:
-        return [SessionJudgement(fp, tuple(JudgedSegment(s, KEPT, "failed", exc.call.error) for s in segments),
-                                 exc.call) for fp, segments in zip(fingerprints, sessions)]
-    return [SessionJudgement(fp, tuple(JudgedSegment(s, v, "ok") if v is not None
-                                       else JudgedSegment(s, KEPT, "failed", MISSING_VERDICT)
-                                       for s, v in zip(segments, session_verdicts)), call)
-            for fp, segments, session_verdicts in zip(fingerprints, sessions, verdicts)]
+    asked = [[s for s in segments if not evidently_kept(s)] for segments in sessions]
+    call: ModelCall | None = None
+    verdicts: dict[str, JudgedSegment] = {}
+    if any(asked):
+        try:
+            answered, call = backend.judge_sessions([a for a in asked if a])
+            verdicts = {s.segment_id: JudgedSegment(s, v, "ok") if v is not None
+                        else JudgedSegment(s, KEPT, "failed", MISSING_VERDICT)
+                        for segments, found in zip([a for a in asked if a], answered)
+                        for s, v in zip(segments, found)}
+        except ModelError as exc:
+            call = exc.call
+            verdicts = {s.segment_id: JudgedSegment(s, KEPT, "failed", exc.call.error) for a in asked for s in a}
+    return [SessionJudgement(fp, tuple(verdicts.get(s.segment_id) or JudgedSegment(s, EVIDENTLY_KEPT, "ok",
+                                                                                   evident=True)
+                                       for s in segments), call)
+            for fp, segments in zip(fingerprints, sessions)]
 
 
 def judge_session(segments: Sequence[Segment], backend: ModelBackend) -> SessionJudgement:
@@ -99,7 +117,7 @@ def pack_sessions(sessions: Sequence[Sequence[Segment]], batch_tokens: int,
     batches: list[list[Sequence[Segment]]] = []
     tokens = count = 0
     for segments in sessions:
-        size = sum(estimate_tokens(render_transcript(s.messages)) for s in segments)
+        size = sum(estimate_tokens(render_for_judging(s.messages)) for s in segments if not evidently_kept(s))
         if (not batches or share == "session" or tokens + size > batch_tokens
                 or count + len(segments) > MAX_SEGMENTS_PER_CALL):
             batches.append([])

@@ -31,6 +31,8 @@ from memory_pipelines.tree import EntityItem, Span, TreeNode
 ARCHIVE_TABLES = ("messages", "sessions", "quarantine")
 # the lineage of a row no model call wrote (the API's writes): its call_id
 NO_CALL = {"call_id": None}
+# who judged a segment kept by rule (a successful tool result), as conversation_segments records it
+EVIDENT_JUDGE = ("rule", "successful_tool_result", "none")
 
 
 def lock_transcript_writes(conn: psycopg.Connection) -> None:
@@ -241,8 +243,9 @@ def replace_segments(conn: psycopg.Connection, judgement: SessionJudgement, part
             "started_at": s.messages[0].ts, "ended_at": s.messages[-1].ts, "message_count": len(s.messages),
             "chars": sum(len(m.content) for m in s.messages), "is_noise": v.noise, "noise_reason": v.reason,
             "confidence": v.confidence, "dropped": judged.dropped, "judge_status": judged.status,
-            "judge_error": judged.error, "judge_backend": judge[0], "judge_model": judge[1],
-            "prompt_version": judge[2], "fingerprint": judgement.fingerprint, "run_id": run_id,
+            "judge_error": judged.error, **dict(zip(("judge_backend", "judge_model", "prompt_version"),
+                                                    EVIDENT_JUDGE if judged.evident else judge)),
+            "fingerprint": judgement.fingerprint, "run_id": run_id,
         })
     with conn.cursor() as cur:
         cur.executemany(query("insert_segment"), rows)

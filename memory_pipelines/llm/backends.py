@@ -27,6 +27,7 @@ from memory_pipelines.rules import facts as rules_facts
 from memory_pipelines.rules import knowledge as rules_knowledge
 from memory_pipelines.rules import noise as rules_noise
 from memory_pipelines.rules import summary as rules_summary
+from memory_pipelines.rules.text import clip
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 RULES_VERSION = "rules-2026.11.1"
 TOOL_OUTPUT_CHARS = 500  # fact extraction's rendering (navi)
 SUMMARY_TOOL_CHARS = 4000  # summaries read more of a tool's output: logs are often the point
+# noise (a greeting, thanks, a repeat, a cancelled or failed turn) shows in a message's start
+# and its tool's status: judging reads no more of each, on every day's every segment
+JUDGE_MESSAGE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,11 @@ def render_message(m: Message, tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
 
 def render_transcript(messages: Sequence[Message], tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
     return "\n".join(render_message(m, tool_chars) for m in messages)
+
+
+def render_for_judging(messages: Sequence[Message]) -> str:
+    """A segment as the judging prompt shows it: a line per message, each cut to its start."""
+    return "\n".join(clip(render_message(m), JUDGE_MESSAGE_CHARS) for m in messages)
 
 
 def render_numbered(m: Message, tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
@@ -252,7 +261,7 @@ class RulesBackend(ModelBackend):
         return result, self._call(prompt, estimate_tokens(input_text), estimate_tokens(output), True, started, "ok")
 
     def judge_sessions(self, sessions):
-        text = "\n\n".join(render_transcript(s.messages) for segments in sessions for s in segments)
+        text = "\n\n".join(render_for_judging(s.messages) for segments in sessions for s in segments)
         return self._run(JUDGE_SEGMENTS, text, lambda: [rules_noise.judge_segments(segments) for segments in sessions])
 
     def find_overturned(self, previous, messages):
@@ -374,7 +383,7 @@ class PromptedBackend(ModelBackend):
     def judge_sessions(self, sessions):
         listing = "\n\n".join(
             f"## conversation {segments[0].session_id}\n\n" + "\n\n".join(
-                f"### segment {s.segment_id}\n{render_transcript(s.messages)}" for s in segments)
+                f"### segment {s.segment_id}\n{render_for_judging(s.messages)}" for s in segments)
             for segments in sessions if segments)
 
         def verdict(item: Any) -> NoiseVerdict | None:

@@ -63,7 +63,7 @@ def _purpose(system: str) -> str:
 def _summary(request: Request) -> dict:
     """A summary naming the chunk it read, the previous one's entries kept."""
     digest = hashlib.sha256(request.user.encode()).hexdigest()[:8]
-    previous = json.loads(request.system.split("Previous summary (JSON):\n", 1)[1].split("\nReply with", 1)[0])
+    previous = json.loads(request.system.rsplit("Previous summary: ", 1)[1])
     return {
         "key_decisions": [*previous.get("key_decisions", []), f"Do: keep chunk {digest}"],
         "past_discussions": [*previous.get("past_discussions", []), f"chunk {digest}"],

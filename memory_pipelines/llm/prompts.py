@@ -118,28 +118,20 @@ Reply with one JSON object only: {"overturned": [<entry numbers>]}""",
 
 # What a summary's fields hold: said once, read by the summary-only and the distillation prompt.
 SUMMARY_FIELDS = """\
-- key_decisions: only rules that apply from now on, at most 8. Each starts with the
-  English "Do: " (agreed) or "Don't: " (refused), whatever the output language.
-- past_discussions: short notes of earlier topics.
-- current_discussion: what the conversation is about right now.
-- keys: names, identifiers, file paths, numbers and other entities a later question
-  would use (at most 40, most important first).
-- language: the language the other fields are written in.
-Write every field except the Do:/Don't: prefixes in {language}."""
+key_decisions (rules that hold from now on, at most 8, each starting with the English "Do: "
+or "Don't: "), past_discussions (short notes of earlier topics), current_discussion (the
+topic now), keys (names, identifiers, paths, numbers a later question would use, at most
+40, most important first), language (of the fields). Write every field except the
+Do:/Don't: prefixes in {language}."""
 _SUMMARY = _answer([], key_decisions=_TEXTS, past_discussions=_TEXTS, current_discussion={"type": ["string", "null"]},
                    keys=_TEXTS, language={"type": ["string", "null"]})
 
 SUMMARIZE = Prompt("summarize", f"""\
-You keep a rolling summary of a conversation between a user and an assistant. The
-previous summary is below; the user message holds the next messages of the conversation.
-Return the updated summary: merge the new messages into it, keep what still holds, and
-drop what the new messages overturn.
-Fields:
-{SUMMARY_FIELDS}
-Previous summary (JSON):
-{{previous}}
-Reply with one JSON object only:
-{{{{"key_decisions": [], "past_discussions": [], "current_discussion": "", "keys": [], "language": ""}}}}""",
+Update the rolling summary of a conversation between a user and an assistant with its
+next messages (the user message): merge them into the previous summary (below), keep what
+still holds, drop what they overturn. Its fields: {SUMMARY_FIELDS}
+Reply with one JSON object of these fields only.
+Previous summary: {{previous}}""",
     _SUMMARY)
 
 SELECT_RELEVANT = Prompt("select_relevant", """\
@@ -157,49 +149,40 @@ facts below, grouped by theme; prefer newer facts. Reply with one JSON object on
 
 # What knowledge entries and relations are: said once, for the API's text distillation and the chunk's.
 KNOWLEDGE_FIELDS = """\
-Entry kinds: fact, event, instruction (a rule to follow from now on), insight (a lesson,
-a root cause), user (about the person), project (about their work). Give each a short
-stable title (the same thing gets the same title next time), the content, tags and your
-confidence from 0 to 1; scope is "entity" (about this user, the default), "session",
-"process" (with scope_id naming the workflow) or "global" (true for everyone, no personal
-data). Relations between entities are (subject, relation, object), "user" being the person."""
-_ENTRIES_EXAMPLE = ('"entries": [{"kind": "...", "title": "...", "content": "...", "tags": [], "confidence": 0.0, '
-                    '"scope": "entity", "seq": <line number>}],\n "relations": [{"subject": "...", "relation": '
-                    '"snake_case", "object": "...", "confidence": 0.0, "seq": <line number>}]')
+entries: durable knowledge: kind (fact, event, instruction, insight, user or project),
+title (short, the same for the same thing next time), content, tags, confidence 0-1, scope
+(entity: about this user, the default; session; process, with scope_id; global: true for
+everyone, no personal data), seq.
+relations: subject ("user" for the person), relation (snake_case), object, confidence, seq."""
 _KNOWLEDGE = {"entries": {"type": "array", "items": ENTRY_SCHEMA},
               "relations": {"type": "array", "items": RELATION_SCHEMA}}
+OWNER = """\
+All of it is about the user this conversation belongs to, whatever it says; a list with
+nothing to add is empty."""
 
 SYNTHESIZE_KNOWLEDGE = Prompt("synthesize_knowledge", f"""\
-Distill durable knowledge from the conversation below (numbered lines) and its summary.
+Distill durable knowledge from the conversation below (seq: the number of the line an item
+comes from) and its summary. Reply with one JSON object:
 {KNOWLEDGE_FIELDS}
-Reply with one JSON object only:
-{{{_ENTRIES_EXAMPLE}}}""",
+{OWNER}""",
     _answer(["entries"], **_KNOWLEDGE), ("entries", "relations"))
 
 # One call per summarized chunk writes all of a chunk's memory: the summary, the facts, the
 # knowledge entries and the relations (each list judged item by item; the summary must hold).
+# Short on purpose: it is sent with every chunk, and the schema goes along as the answer format.
 DISTILL = Prompt("distill", f"""\
-You keep a rolling summary of a conversation between a user and an assistant and take
-long-term memory from it. The previous summary is below; the user message holds the next
-messages of the conversation, each line starting with its message number in brackets.
-Reply with one JSON object of four parts:
-summary: the previous summary updated: merge the new messages into it, keep what still
-holds, drop what they overturn. Fields:
-{SUMMARY_FIELDS}
-facts: stable facts about the user: who they are, where they live and work, their
-preferences, the tools and setups they use, decisions that hold from now on (a chosen
-port, a deploy target). No small talk, nothing temporary. Source is user_explicit (they
-said it), tool_call or auto_discovery (a tool showed it) or conversation.
-entries and relations: durable knowledge. {KNOWLEDGE_FIELDS}
-"seq" is the number of the line an item comes from. All of it is about the user this
-conversation belongs to, whatever it says; a part with nothing to add is an empty list.
-Previous summary (JSON):
-{{previous}}
-Reply with one JSON object only:
-{{{{"summary": {{{{"key_decisions": [], "past_discussions": [], "current_discussion": "", "keys": [], "language": ""}}}},
- "facts": [{{{{"category": "identity|preferences|work|tools|environment|decisions|...", "key": "snake_case_name",
- "value": "...", "source": "user_explicit", "source_context": "a short quote it came from", "seq": <line number>}}}}],
- {_ENTRIES_EXAMPLE.replace("{", "{{").replace("}", "}}")}}}}}""",
+Update the rolling summary of a conversation between a user and an assistant with its
+next messages (the user message; each line starts with its number, the seq an item cites)
+and take long-term memory from them. Reply with one JSON object:
+summary: the previous summary (below), the new messages merged in, what they overturn
+dropped: {SUMMARY_FIELDS}
+facts: lasting facts about the user (who, where, work, preferences, tools, setup, choices
+such as a port or a deploy target): category, key (snake_case), value, source
+(user_explicit, tool_call, auto_discovery or conversation), source_context (a short
+quote), seq.
+{KNOWLEDGE_FIELDS}
+{OWNER}
+Previous summary: {{previous}}""",
     _answer(["summary"], summary=_SUMMARY, facts={"type": "array", "items": FACT_ITEM_SCHEMA}, **_KNOWLEDGE),
     ("facts", "entries", "relations"))
 

@@ -34,6 +34,7 @@ class Settings:
 class SegmentCounts(Counts):
     sessions: int = 0
     segments_judged: int = 0
+    segments_evidently_kept: int = 0  # a successful tool result: kept by rule, no judge asked
     segments_dropped: int = 0
     segments_unchanged: int = 0
     judging_failed: int = 0
@@ -55,6 +56,7 @@ def store_judgement(conn: psycopg.Connection, partition_key: str, judgement: Ses
                                 (judge.name, judge.model, judge.prompt_version(JUDGE_SEGMENTS)))
     for judged in judgement.judged:
         counts.segments_judged += 1
+        counts.segments_evidently_kept += judged.evident
         counts.segments_dropped += judged.dropped
         counts.judging_failed += judged.status == "failed"
         if judged.dropped:
@@ -65,7 +67,7 @@ def store_judgement(conn: psycopg.Connection, partition_key: str, judgement: Ses
             "first": judged.segment.messages[0].content,
         })
     failed = sum(j.status == "failed" for j in judgement.judged)
-    if judgement.call.status != "ok":
+    if judgement.call is not None and judgement.call.status != "ok":
         report.failures.append(StageFailure(session_id, partition_key,
                                             f"judging failed, all kept: {judgement.call.describe()}",
                                             judgement.call.budget_reached))
@@ -89,8 +91,9 @@ def ensure_judged(conn: psycopg.Connection, days: Sequence[tuple[str, str, Seque
             continue
         judgement = judge_session(segments, judge)
         report.merge(store_judgement(conn, key, judgement, judge, ctx))
-        ctx.record(conn, [judgement.call], key, session_id)
-        report.calls.append(judgement.call)
+        if judgement.call is not None:
+            ctx.record(conn, [judgement.call], key, session_id)
+            report.calls.append(judgement.call)
     return report
 
 
@@ -118,11 +121,11 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
         def judge_batch(batch: list[Sequence[Segment]], key=key) -> StageReport[SegmentCounts]:
             part = _report()
             judgements = judge_sessions(batch, judge)
-            call = judgements[0].call
-            part.calls.append(call)
-            part.counts.judge_calls_shared += len(batch) > 1
+            calls = [c for c in (judgements[0].call,) if c is not None]
+            part.calls += calls
+            part.counts.judge_calls_shared += len(batch) > 1 and bool(calls)
             with pool.connection() as conn, conn.transaction():
-                ctx.record(conn, [call], key, batch[0][0].session_id if len(batch) == 1 else None)
+                ctx.record(conn, calls, key, batch[0][0].session_id if len(batch) == 1 else None)
                 ids = [j.judged[0].segment.session_id for j in judgements]
                 repository.lock_sessions(conn, ids)
                 # a concurrent run may have stored the same judgement while this one asked

@@ -46,7 +46,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
         backends: Backends = NO_BACKENDS) -> StageReport[TreeCounts]:
     """The trees the window's days changed. With a model back end as `writer`, each new or
     changed internal node's summary is written by one call from its children's (a node
-    whose children's summaries did not change keeps its own); the rules back end's are the
+    whose children's summaries did not change keeps its own; a node over one child takes its
+    child's); the rules back end's are the
     extractive ones the trees are built with. A tree whose call failed is left as stored."""
     ctx = CallContext(window.run_id, ASSET)
     writer = backends.writer if isinstance(backends.writer, PromptedBackend) else None
@@ -118,8 +119,13 @@ def _summarized(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[st
         if node.level == 0 or node.tree_key in failed:
             done[key] = node
             continue
-        parts = [done[(node.tree_key, c.node_key)].summary
-                 for c in sorted(children[key], key=lambda c: c.position)]
+        below = [done[(node.tree_key, c.node_key)] for c in sorted(children[key], key=lambda c: c.position)]
+        if len(below) == 1:
+            # a node over one child says what the child says: condensing it would cost a call for nothing
+            done[key] = replace(node, summary=below[0].summary, model=below[0].model,
+                                source_hash=below[0].source_hash)
+            continue
+        parts = [c.summary for c in below]
         source = hashlib.sha256(json.dumps([writer.name, writer.model, writer.prompt_version(SUMMARIZE_NODE),
                                             parts], ensure_ascii=False).encode()).hexdigest()
         kept = stored.get(key)

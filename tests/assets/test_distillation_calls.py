@@ -150,3 +150,30 @@ def test_facts_wait_for_the_summary_that_writes_them(database_url, tmp_path):
                            folder)
     assert rows(database_url, "SELECT key, value FROM memory_facts") == [("location", "Oslo")]
     assert rows(database_url, "SELECT extracted_seq FROM session_memory_state") == [(2,)]
+
+
+def test_a_segment_with_a_successful_tool_result_is_kept_without_asking_the_judge(database_url, server, tmp_path):
+    def session(name: str, day: str, turns: list[dict]) -> None:
+        (tmp_path / f"{name}.jsonl").write_text("".join(
+            json.dumps({"session_id": name, "user_id": "ann", "seq": seq, "ts": f"{day}T10:{seq:02d}:00Z", **turn})
+            + "\n" for seq, turn in enumerate(turns, start=1)))
+
+    tool_turn = [{"role": "user", "content": "run the tests"},
+                 {"role": "assistant", "content": "", "tool_name": "shell", "tool_args": {"cmd": "pytest"},
+                  "tool_call_id": "c1"},
+                 {"role": "tool", "content": "12 passed", "tool_name": "shell", "tool_call_id": "c1"}]
+    session("mixed", "2026-10-01", [{"role": "user", "content": "hello!"}, *tool_turn,
+                                    {"role": "user", "content": "thanks"}])
+    session("tools", "2026-10-02", tool_turn)
+    resources = pipeline_resources(database_url, tmp_path, decision=model(server))
+    materialize_partitions([transcripts, conversation_segments], ["2026-10-01", "2026-10-02"], database_url,
+                           tmp_path, resources=resources)
+    # one judging call, for the first day, holding the greeting and the thanks but not the tool turn
+    [judging] = server.by_purpose("judge_segments")
+    assert "### segment mixed:1\n" in judging.user and "### segment mixed:5\n" in judging.user
+    assert "mixed:2" not in judging.user and "12 passed" not in judging.user
+    assert rows(database_url, "SELECT segment_id, judge_backend, confidence, dropped FROM conversation_segments "
+                              "ORDER BY segment_id") == [
+        ("mixed:1", "ollama", 0.9, False), ("mixed:2", "rule", 1.0, False), ("mixed:5", "ollama", 0.9, False),
+        ("tools:1", "rule", 1.0, False)]
+    assert rows(database_url, "SELECT count(*) FROM llm_calls WHERE purpose = 'judge_segments'")[0][0] == 1

@@ -179,14 +179,20 @@ def test_a_model_back_end_writes_each_new_or_changed_internal_node_once(make_dat
         materialize_partitions(all_assets, ["2026-10-09"], url, folder, resources=resources)
         asked = server.by_purpose("summarize_node")
         with psycopg.connect(url) as conn:
-            internal = conn.execute("SELECT tree_kind, model, summary, source_hash FROM memory_tree "
-                                    "WHERE level > 0").fetchall()
+            internal = conn.execute("""
+                SELECT n.tree_kind, n.model, n.summary, n.source_hash, array_agg(c.summary ORDER BY c.position)
+                FROM memory_tree n JOIN memory_tree c ON c.tree_kind = n.tree_kind AND c.tree_key = n.tree_key
+                                                     AND c.parent_key = n.node_key
+                WHERE n.level > 0 GROUP BY 1, 2, 3, 4, n.node_key""").fetchall()
             logged = conn.execute("SELECT count(*) FROM llm_calls WHERE asset = 'memory_tree' "
                                   "AND purpose = 'summarize_node' AND status = 'ok'").fetchone()[0]
-        # every internal node is the model's, one call each (the fake model distils no graph: no entity trees)
+        # every internal node over several children is the model's, one call each; one over a single
+        # child says what its child says, with no call (the fake model distils no graph: no entity trees)
         assert {kind for kind, *_ in internal} == {"session", "scene"}
-        assert all(m == "fake-llm" and " parts, from: " in s and h for _, m, s, h in internal)
-        assert len(asked) >= len(internal) and logged == len(asked)
+        condensed = [(m, s, h) for _, m, s, h, below in internal if len(below) > 1]
+        assert condensed and all(m == "fake-llm" and " parts, from: " in s and h for m, s, h in condensed)
+        assert all(s == below[0] for _, _, s, _, below in internal if len(below) == 1)
+        assert len(asked) >= len(condensed) and logged == len(asked)
         before = _tree_rows_of(url)
         materialize_partitions([memory_tree], ["2026-10-09"], url, folder, resources=resources)
         assert len(server.by_purpose("summarize_node")) == len(asked)  # nothing changed: no call

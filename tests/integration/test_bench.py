@@ -45,6 +45,8 @@ def test_bench_cost_counts_the_calls_a_model_would_get(database_url):
     assert figures["calls_per_1000_messages"] == 1000 * figures["model_calls"] / figures["messages"]
     assert 0 < figures["summarized_session_days"] <= figures["sessions"] * figures["days"]
     assert figures["calls_per_session_day"] == figures["model_calls"] / figures["summarized_session_days"]
+    distilling = sum(usage[p]["calls"] for p in ("judge_segments", "distill", "find_overturned") if p in usage)
+    assert figures["distillation_calls_per_session_day"] == distilling / figures["summarized_session_days"]
     tokens_in = sum(u["input_tokens"] for u in usage.values())
     assert figures["input_tokens_per_1000_messages"] == 1000 * tokens_in / figures["messages"]
     # the sample price table prices the run; its free local model costs nothing

@@ -194,7 +194,7 @@ def test_model_decisions_are_normalized(server):
         "past_discussions": [], "current_discussion": "x", "keys": [], "language": "de"}
     summary, _ = _backend("ollama", server).summarize(Summary(), _messages(), "de")
     assert len(summary.key_decisions) == 8 and all(d.startswith(("Do: ", "Don't: ")) for d in summary.key_decisions)
-    assert "Write every field except the Do:/Don't: prefixes in de." in server.requests[0].system
+    assert "Write every field except the Do:/Don't: prefixes in de." in " ".join(server.requests[0].system.split())
 
 
 def test_judge_and_relevance_over_http(server):

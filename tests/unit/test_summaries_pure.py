@@ -121,8 +121,12 @@ def test_sessions_are_packed_into_calls_by_tokens_and_segments():
     short = [cut_segments([msg(1, "user", f"question {n}", session=f"s{n}")]) for n in range(6)]
     assert [len(b) for b in pack_sessions(short, 8000)] == [6]
     assert [len(b) for b in pack_sessions(short, 0)] == [1] * 6
-    big = cut_segments([msg(1, "user", "x" * 4000, session="big")])  # about 1,000 tokens
+    # judging reads each message's first 300 characters: 11 of them are about 800 tokens
+    big = cut_segments([msg(1, "user", "x" * 4000, session="big"),
+                        *(msg(i, "assistant", "y" * 4000, session="big") for i in range(2, 12))])
     assert [len(b) for b in pack_sessions([short[0], big, short[1]], 600)] == [1, 1, 1]
+    long_one = cut_segments([msg(1, "user", "x" * 4000, session="long")])  # counted as its first 300
+    assert [len(b) for b in pack_sessions([short[0], long_one, short[1]], 600)] == [3]
     many = cut_segments([msg(i, "user", "again?") for i in range(1, MAX_SEGMENTS_PER_CALL)])
     assert [len(b) for b in pack_sessions([many, short[0], short[1]], 10**6)] == [2, 1]
 
