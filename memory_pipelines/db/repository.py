@@ -251,18 +251,12 @@ def replace_segments(conn: psycopg.Connection, judgement: SessionJudgement, part
         cur.executemany(query("insert_segment"), rows)
 
 
-def _dropped_rows(conn: psycopg.Connection, session_ids: Sequence[str],
-                  partition_keys: Sequence[str] | None) -> list[tuple[str, str, int]]:
-    return conn.execute(query("dropped_seqs"), {
-        "session_ids": list(session_ids),
-        "partition_keys": None if partition_keys is None else list(partition_keys)}).fetchall()
-
-
 def sessions_dropped_seqs_by_day(conn: psycopg.Connection, session_ids: Sequence[str],
                                  partition_keys: Sequence[str]) -> dict[tuple[str, str], frozenset[int]]:
     """(session, day) -> the seqs noise judging dropped, for the days asked (pairs with none
     left out)."""
-    rows = _dropped_rows(conn, session_ids, partition_keys)
+    rows = conn.execute(query("dropped_seqs"), {"session_ids": list(session_ids),
+                                                "partition_keys": list(partition_keys)})
     return {pair: frozenset(seqs) for pair, seqs in _grouped(((s, key), seq) for s, key, seq in rows).items()}
 
 
@@ -420,13 +414,6 @@ def sessions_messages(conn: psycopg.Connection, session_ids: Sequence[str],
     """Each session's messages sent before `end` (all of them: None), by seq (sessions
     without any left out)."""
     return _by_session(_message_rows(conn, "sessions_messages", {"session_ids": list(session_ids), "end": end}))
-
-
-def sessions_dropped_seqs(conn: psycopg.Connection, session_ids: Sequence[str],
-                          partition_key: str | None = None) -> dict[str, frozenset[int]]:
-    """Each session's seqs noise judging dropped: on the day, or on any day (None)."""
-    rows = _dropped_rows(conn, session_ids, None if partition_key is None else [partition_key])
-    return {sid: frozenset(seqs) for sid, seqs in _grouped((sid, seq) for sid, _, seq in rows).items()}
 
 
 def sessions_judging_failed(conn: psycopg.Connection, session_ids: Sequence[str], partition_key: str) -> set[str]:

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory_pipelines.records import MAX_KEY_DECISIONS, MAX_KEYS, MAX_PAST_DISCUSSIONS
+
 FACT_SOURCES = ("conversation", "tool_call", "auto_discovery", "user_explicit")
 NOISE_REASONS = ("greeting", "thanks", "repeated_request", "cancelled", "failed_no_result")
 ENTRY_KINDS = ("fact", "event", "instruction", "insight", "user", "project")
@@ -66,7 +68,6 @@ def _answer(required: list[str], **properties: Any) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": properties}
 
 
-_TEXTS = {"type": ["array", "null"], "items": {"type": "string"}}
 _NUMBERS = {"type": "array", "items": {"type": ["integer", "string"]}}
 _SUMMARY_TEXT = _answer(["summary"], summary={"type": "string", "minLength": 1})
 
@@ -123,8 +124,20 @@ or "Don't: "), past_discussions (short notes of earlier topics), current_discuss
 topic now), keys (names, identifiers, paths, numbers a later question would use, at most
 40, most important first), language (of the fields). Write every field except the
 Do:/Don't: prefixes in {language}."""
-_SUMMARY = _answer([], key_decisions=_TEXTS, past_discussions=_TEXTS, current_discussion={"type": ["string", "null"]},
-                   keys=_TEXTS, language={"type": ["string", "null"]})
+
+
+def _texts(most: int, chars: int) -> dict[str, Any]:
+    return {"type": ["array", "null"], "items": {"type": "string", "maxLength": chars}, "maxItems": most}
+
+
+# Bounded everywhere: under constrained decoding a small model otherwise repeats list items
+# or a sentence until its output cap, and the answer never ends (measured: bench models).
+# Twice the summary's caps: reading it keeps the newest within them (Summary.from_json).
+_SUMMARY = _answer([], key_decisions=_texts(2 * MAX_KEY_DECISIONS, 300),
+                   past_discussions=_texts(2 * MAX_PAST_DISCUSSIONS, 300),
+                   current_discussion={"type": ["string", "null"], "maxLength": 600},
+                   keys=_texts(2 * MAX_KEYS, 120), language={"type": ["string", "null"], "maxLength": 40})
+MAX_FACTS, MAX_ENTRIES, MAX_RELATIONS = 16, 10, 10  # of one chunk's answer
 
 SUMMARIZE = Prompt("summarize", f"""\
 Update the rolling summary of a conversation between a user and an assistant with its
@@ -154,8 +167,8 @@ title (short, the same for the same thing next time), content, tags, confidence 
 (entity: about this user, the default; session; process, with scope_id; global: true for
 everyone, no personal data), seq.
 relations: subject ("user" for the person), relation (snake_case), object, confidence, seq."""
-_KNOWLEDGE = {"entries": {"type": "array", "items": ENTRY_SCHEMA},
-              "relations": {"type": "array", "items": RELATION_SCHEMA}}
+_KNOWLEDGE = {"entries": {"type": "array", "items": ENTRY_SCHEMA, "maxItems": MAX_ENTRIES},
+              "relations": {"type": "array", "items": RELATION_SCHEMA, "maxItems": MAX_RELATIONS}}
 OWNER = """\
 All of it is about the user this conversation belongs to, whatever it says; a list with
 nothing to add is empty."""
@@ -183,7 +196,8 @@ quote), seq.
 {KNOWLEDGE_FIELDS}
 {OWNER}
 Previous summary: {{previous}}""",
-    _answer(["summary"], summary=_SUMMARY, facts={"type": "array", "items": FACT_ITEM_SCHEMA}, **_KNOWLEDGE),
+    _answer(["summary"], summary=_SUMMARY, facts={"type": "array", "items": FACT_ITEM_SCHEMA, "maxItems": MAX_FACTS},
+            **_KNOWLEDGE),
     ("facts", "entries", "relations"))
 
 SUMMARIZE_NODE = Prompt("summarize_node", """\

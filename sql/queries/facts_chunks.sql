@@ -24,12 +24,10 @@ WHERE session_id = ANY(%(session_ids)s) AND (%(end)s::timestamptz IS NULL OR ts 
 ORDER BY session_id, seq;
 
 -- name: dropped_seqs
--- The sessions' messages noise judging dropped, with the day judged: on the days asked, or on
--- any day (partition_keys NULL).
+-- The sessions' messages noise judging dropped on the days asked, with the day.
 SELECT c.session_id, c.partition_key, s.seq FROM conversation_segments c
 JOIN LATERAL generate_series(c.start_seq, c.end_seq) AS s(seq) ON true
-WHERE c.session_id = ANY(%(session_ids)s) AND c.dropped
-  AND (%(partition_keys)s::text[] IS NULL OR c.partition_key = ANY(%(partition_keys)s::text[]));
+WHERE c.session_id = ANY(%(session_ids)s) AND c.dropped AND c.partition_key = ANY(%(partition_keys)s::text[]);
 
 -- name: sessions_judging_failed
 -- The sessions of which a day up to this partition kept everything because judging failed.
