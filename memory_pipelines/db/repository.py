@@ -344,6 +344,14 @@ def sessions_summarized_short(conn: psycopg.Connection, session_ids: Sequence[st
     return {session_id: (cursor_seq, last_reply) for session_id, cursor_seq, last_reply in rows}
 
 
+def sessions_with_undistilled_chunks(conn: psycopg.Connection, session_ids: Sequence[str],
+                                     through: str) -> dict[str, str]:
+    """Sessions whose chunks up to the day hold unextracted messages but were summarized before
+    distillation calls wrote a chunk's memory: the first such day (a run from it rebuilds them)."""
+    return dict(conn.execute(query("sessions_with_undistilled_chunks"),
+                             {"session_ids": list(session_ids), "through": through}).fetchall())
+
+
 def current_summary(conn: psycopg.Connection, session_id: str) -> Summary | None:
     """The session's current summary; a fork without one of its own yet: its parent's at the
     fork point (what its own fold will start from)."""

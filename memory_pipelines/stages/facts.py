@@ -99,8 +99,15 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
             report.failures.append(StageFailure(session_id, None, (
                 f"its summary reaches seq {cursor_seq if cursor_seq is not None else 'none'}, not its last reply "
                 f"(seq {last_reply}): extraction left due until session_summaries has run for {key}")))
-        counts.sessions_failed += len(judging_failed) + len(short)
-        ready = [s for s in batch if s.session_id not in judging_failed and s.session_id not in short]
+        undistilled = repository.sessions_with_undistilled_chunks(conn, ids, key)
+        for session_id, day in sorted(undistilled.items()):
+            # summarized by an earlier version, whose chunks kept no facts: their turns would be lost
+            report.failures.append(StageFailure(session_id, None, (
+                f"chunks summarized before distillation calls (migration 0023) hold unextracted turns: "
+                f"extraction left due; run the pipeline from {day} (memory-pipelines run --start {day})")))
+        waiting = set(judging_failed) | set(short) | set(undistilled)
+        counts.sessions_failed += len(waiting)
+        ready = [s for s in batch if s.session_id not in waiting]
         chunks = repository.distilled_chunks(conn, [s.session_id for s in ready], through=key)
         messages = repository.chunks_kept_messages(conn, [c for found in chunks.values() for c in found])
         repository.lock_users(conn, [s.user_id for s in ready])

@@ -175,3 +175,13 @@ LEFT JOIN LATERAL (SELECT v.cursor_seq FROM session_summary_versions v
                    WHERE v.session_id = a.session_id AND v.partition_key <= %(partition_key)s
                    ORDER BY v.version DESC LIMIT 1) v ON true
 WHERE r.last_reply > coalesce(v.cursor_seq, -1);
+
+-- name: sessions_with_undistilled_chunks
+-- Sessions with chunk versions summarized before distillation calls wrote a chunk's memory
+-- (no memory_items: migration 0023) that hold messages not yet extracted: the first such day.
+SELECT v.session_id, min(v.partition_key)
+FROM session_summary_versions v
+LEFT JOIN session_memory_state s USING (session_id)
+WHERE v.session_id = ANY(%(session_ids)s) AND v.kind = 'chunk' AND v.memory_items IS NULL
+  AND v.partition_key <= %(through)s AND v.last_seq > coalesce(s.extracted_seq, -1)
+GROUP BY 1;

@@ -177,3 +177,28 @@ def test_a_segment_with_a_successful_tool_result_is_kept_without_asking_the_judg
         ("mixed:1", "ollama", 0.9, False), ("mixed:2", "rule", 1.0, False), ("mixed:5", "ollama", 0.9, False),
         ("tools:1", "rule", 1.0, False)]
     assert rows(database_url, "SELECT count(*) FROM llm_calls WHERE purpose = 'judge_segments'")[0][0] == 1
+
+
+def test_chunks_summarized_before_distillation_leave_their_session_due_until_rebuilt(database_url, tmp_path):
+    """An upgraded database: a session summarized by the summary-only prompt (its versions keep
+    no memory items) and not yet extracted waits, saying which day to run again, and the run
+    from that day rebuilds its chunks with their facts."""
+    (tmp_path / "s1.jsonl").write_text("".join(
+        json.dumps({"session_id": "s1", "user_id": "ann", "seq": seq, "role": role, "content": text,
+                    "ts": f"2026-10-01T10:0{seq}:00Z"}) + "\n"
+        for seq, (role, text) in enumerate([("user", "I live in Oslo"), ("assistant", "ok")], start=1)))
+    materialize_partitions([transcripts, conversation_segments, session_summaries], ["2026-10-01"], database_url,
+                           tmp_path)
+    with psycopg.connect(database_url) as conn:  # as migration 0023 finds them (another prompt: another chain)
+        conn.execute("UPDATE session_summary_versions SET memory_items = NULL, call_id = NULL, "
+                     "fingerprint = 'before 0023'")
+    instance = dg.DagsterInstance.ephemeral()
+    [result] = materialize_partitions([memory_facts], ["2026-10-01"], database_url, tmp_path, instance)
+    assert materialization_metadata(result, "memory_facts")["sessions_failed"] == 1
+    assert rows(database_url, "SELECT count(*) FROM session_memory_state")[0][0] == 0
+    said = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any("s1: chunks summarized before distillation calls" in line and
+               line.endswith("memory-pipelines run --start 2026-10-01)") for line in said), said
+    materialize_partitions([conversation_segments, session_summaries, memory_facts], ["2026-10-01"], database_url,
+                           tmp_path)
+    assert rows(database_url, "SELECT key, value FROM memory_facts") == [("location", "Oslo")]

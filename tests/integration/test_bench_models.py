@@ -74,4 +74,6 @@ def test_a_real_model_answers_every_prompt_by_its_schema():
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["purposes"]
     assert {r["purpose"] for r in rows} == set(bench_models.PURPOSES)
-    assert all(r["calls"] == 2 and r["valid_first_try"] + r["valid_after_retry"] >= 1 for r in rows), rows
+    # a session is distilled a summary chunk at a time: a long one takes more than one call
+    assert all((r["calls"] >= 2 if r["purpose"] == "distill" else r["calls"] == 2)
+               and r["valid_first_try"] + r["valid_after_retry"] >= 1 for r in rows), rows
