@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from memory_pipelines.json_schemas import JsonSchema
+from memory_pipelines.json_schemas import JsonSchema, describe
 from memory_pipelines.llm.prompts import FACT_ITEM_SCHEMA
 from memory_pipelines.llm.prompts import FACT_SOURCES as SOURCES
 from memory_pipelines.records import Message
@@ -27,7 +27,6 @@ _KEY_PREFIXES = ("preferred_", "favorite_", "favourite_", "my_", "default_", "pr
                  "user_", "usual_")
 _KEY_SUFFIXES = ("_preference", "_choice", "_used")
 _DISTINCT_KEYS = {"preferred_name", "display_name", "user_name"}  # not spellings of "name"
-MAX_VALUE_CHARS = 2000
 
 
 def normalize_key(key: str) -> str:
@@ -91,7 +90,7 @@ def validate_items(items: Any, messages: Sequence[Message]) -> tuple[list[FactCa
         if errors:
             error = errors[0]
             where = ".".join(str(p) for p in error.path) or "item"
-            rejected.append(Rejection(item, f"{where}: {error.message}"[:300]))
+            rejected.append(Rejection(item, f"{where}: {describe(error)}"[:300]))
             continue
         value = str(item["value"]).strip()
         key = normalize_key(item["key"])
@@ -99,9 +98,6 @@ def validate_items(items: Any, messages: Sequence[Message]) -> tuple[list[FactCa
         seq = item.get("seq")
         if not value or not key or not category:
             rejected.append(Rejection(item, "empty category, key or value"))
-            continue
-        if len(value) > MAX_VALUE_CHARS:
-            rejected.append(Rejection(item, f"value longer than {MAX_VALUE_CHARS} characters"))
             continue
         if seq is not None and seq not in by_seq:
             rejected.append(Rejection(item, f"seq {seq} is not a message the call read"))

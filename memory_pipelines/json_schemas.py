@@ -39,3 +39,13 @@ class JsonSchema:
 
     def first_error(self, instance: Any) -> jsonschema.ValidationError | None:
         return next(self.errors(instance), None)
+
+
+# rules whose jsonschema message repeats the whole value: a runaway answer's string or list
+_SIZE_RULES = {"maxLength": "longer than {n} characters", "maxItems": "more than {n} items"}
+
+
+def describe(error: jsonschema.ValidationError) -> str:
+    """The rule an instance broke, without the value when that is what ran too long."""
+    rule = _SIZE_RULES.get(str(error.validator))
+    return rule.format(n=error.validator_value) if rule else error.message

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from memory_pipelines.config import CONSENT_BASES
 from memory_pipelines.formats import call_arguments
-from memory_pipelines.json_schemas import JsonSchema
+from memory_pipelines.json_schemas import JsonSchema, describe
 from memory_pipelines.llm.prompts import ENTRY_KINDS as KINDS
 from memory_pipelines.llm.prompts import ENTRY_SCHEMA, RELATION_SCHEMA
 from memory_pipelines.llm.prompts import ENTRY_SCOPES as SCOPES
@@ -95,7 +95,7 @@ def prepare(raw: dict, messages: Sequence[Message], session_id: str, user_id: st
     for item in listed["entries"]:
         error = _ENTRY.first_error(item)
         if error is not None or (item.get("seq") is not None and item["seq"] not in by_seq):
-            problems.append(f"entry dropped: {error.message if error else 'unknown seq'}"[:200])
+            problems.append(f"entry dropped: {describe(error) if error else 'unknown seq'}"[:200])
             continue
         anchor = by_seq.get(item.get("seq"), by_seq[last])
         scope = item.get("scope") or ("session" if item["kind"] == "event" else "entity")
@@ -123,7 +123,7 @@ def prepare(raw: dict, messages: Sequence[Message], session_id: str, user_id: st
     for item in listed["relations"]:
         error = _RELATION.first_error(item)
         if error is not None or (item.get("seq") is not None and item["seq"] not in by_seq):
-            problems.append(f"relation dropped: {error.message if error else 'unknown seq'}"[:200])
+            problems.append(f"relation dropped: {describe(error) if error else 'unknown seq'}"[:200])
             continue
         seq = item.get("seq")
         anchor = by_seq.get(seq, by_seq[last])

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from memory_pipelines.json_schemas import JsonSchema
+from memory_pipelines.json_schemas import JsonSchema, describe
 from memory_pipelines.llm.config import ModelConfig
 from memory_pipelines.llm.http import RETRY_STATUS, HttpCallError, HttpReply, post_json
 from memory_pipelines.llm.prompts import (
@@ -102,7 +102,7 @@ def decode_answer(prompt: Prompt, text: str, schema: Mapping[str, Any] | None = 
         path = list(error.absolute_path)
         if path and path[0] in prompt.item_lists:
             continue
-        raise ValueError(f"{'/'.join(map(str, path)) or 'the answer'}: {error.message[:300]}")
+        raise ValueError(f"{'/'.join(map(str, path)) or 'the answer'}: {describe(error)[:300]}")
     return data
 
 

@@ -24,16 +24,18 @@ ENTRY_KINDS = ("fact", "event", "instruction", "insight", "user", "project")
 ENTRY_SCOPES = ("entity", "process", "session", "global")
 
 # What one extracted fact must look like. Unknown fields (a "user_id", say) are ignored:
-# the user always comes from the session.
+# the user always comes from the session. Texts are bounded, here and in the entries and
+# relations: the same schema constrains what a model may write (a small one otherwise runs
+# one string on until its output cap) and rejects an item that breaks it.
 FACT_ITEM_SCHEMA = {
     "type": "object",
     "required": ["category", "key", "value"],
     "properties": {
         "category": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"\w"},
         "key": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"\w"},
-        "value": {"type": ["string", "number", "boolean"]},
+        "value": {"type": ["string", "number", "boolean"], "maxLength": 500},
         "source": {"enum": list(FACT_SOURCES)},
-        "source_context": {"type": ["string", "null"], "maxLength": 2000},
+        "source_context": {"type": ["string", "null"], "maxLength": 300},
         "seq": {"type": ["integer", "null"]},
     },
 }
@@ -42,12 +44,12 @@ ENTRY_SCHEMA = {
     "required": ["kind", "title", "content"],
     "properties": {
         "kind": {"enum": list(ENTRY_KINDS)},
-        "title": {"type": "string", "minLength": 1, "maxLength": 200},
-        "content": {"type": "string", "minLength": 1, "maxLength": 4000},
-        "tags": {"type": "array", "items": {"type": "string", "maxLength": 60}, "maxItems": 20},
+        "title": {"type": "string", "minLength": 1, "maxLength": 120},
+        "content": {"type": "string", "minLength": 1, "maxLength": 600},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 8},
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
         "scope": {"enum": list(ENTRY_SCOPES)},
-        "scope_id": {"type": ["string", "null"], "maxLength": 200},
+        "scope_id": {"type": ["string", "null"], "maxLength": 120},
         "seq": {"type": ["integer", "null"]},
     },
 }
@@ -55,9 +57,9 @@ RELATION_SCHEMA = {
     "type": "object",
     "required": ["subject", "relation", "object"],
     "properties": {
-        "subject": {"type": "string", "minLength": 1, "maxLength": 200},
+        "subject": {"type": "string", "minLength": 1, "maxLength": 120},
         "relation": {"type": "string", "minLength": 1, "maxLength": 60, "pattern": r"^\w+$"},
-        "object": {"type": "string", "minLength": 1, "maxLength": 200},
+        "object": {"type": "string", "minLength": 1, "maxLength": 120},
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
         "seq": {"type": ["integer", "null"]},
     },
@@ -133,11 +135,11 @@ def _texts(most: int, chars: int) -> dict[str, Any]:
 # Bounded everywhere: under constrained decoding a small model otherwise repeats list items
 # or a sentence until its output cap, and the answer never ends (measured: bench models).
 # Twice the summary's caps: reading it keeps the newest within them (Summary.from_json).
-_SUMMARY = _answer([], key_decisions=_texts(2 * MAX_KEY_DECISIONS, 300),
-                   past_discussions=_texts(2 * MAX_PAST_DISCUSSIONS, 300),
-                   current_discussion={"type": ["string", "null"], "maxLength": 600},
-                   keys=_texts(2 * MAX_KEYS, 120), language={"type": ["string", "null"], "maxLength": 40})
-MAX_FACTS, MAX_ENTRIES, MAX_RELATIONS = 16, 10, 10  # of one chunk's answer
+_SUMMARY = _answer([], key_decisions=_texts(2 * MAX_KEY_DECISIONS, 240),
+                   past_discussions=_texts(2 * MAX_PAST_DISCUSSIONS, 240),
+                   current_discussion={"type": ["string", "null"], "maxLength": 400},
+                   keys=_texts(2 * MAX_KEYS, 80), language={"type": ["string", "null"], "maxLength": 40})
+MAX_FACTS, MAX_ENTRIES, MAX_RELATIONS = 12, 8, 8  # of one chunk's answer
 
 SUMMARIZE = Prompt("summarize", f"""\
 Update the rolling summary of a conversation between a user and an assistant with its
@@ -166,7 +168,8 @@ entries: durable knowledge: kind (fact, event, instruction, insight, user or pro
 title (short, the same for the same thing next time), content, tags, confidence 0-1, scope
 (entity: about this user, the default; session; process, with scope_id; global: true for
 everyone, no personal data), seq.
-relations: subject ("user" for the person), relation (snake_case), object, confidence, seq."""
+relations: subject ("user" for the person), relation (a verb such as works_at, uses or
+depends_on), object, confidence, seq."""
 _KNOWLEDGE = {"entries": {"type": "array", "items": ENTRY_SCHEMA, "maxItems": MAX_ENTRIES},
               "relations": {"type": "array", "items": RELATION_SCHEMA, "maxItems": MAX_RELATIONS}}
 OWNER = """\
@@ -190,7 +193,7 @@ and take long-term memory from them. Reply with one JSON object:
 summary: the previous summary (below), the new messages merged in, what they overturn
 dropped: {SUMMARY_FIELDS}
 facts: lasting facts about the user (who, where, work, preferences, tools, setup, choices
-such as a port or a deploy target): category, key (snake_case), value, source
+such as a port or a deploy target): category, key (lower-case words joined by _), value, source
 (user_explicit, tool_call, auto_discovery or conversation), source_context (a short
 quote), seq.
 {KNOWLEDGE_FIELDS}

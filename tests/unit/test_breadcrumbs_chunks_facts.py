@@ -130,7 +130,7 @@ def test_items_are_validated_one_by_one():
     assert len(rejected) == 6
     reasons = " | ".join(r.reason for r in rejected)
     for fragment in ("'key' is a required property", "is not of type", "is not one of", "seq 99",
-                     "longer than 2000", "is not of type 'object'"):
+                     "value: longer than 500 characters", "is not of type 'object'"):
         assert fragment in reasons
     assert validate_items({"not": "a list"}, messages)[1][0].reason == "the answer is not a list of facts"
 
