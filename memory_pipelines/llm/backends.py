@@ -20,7 +20,7 @@ from memory_pipelines.llm.config import ModelConfig
 from memory_pipelines.llm.http import RETRY_STATUS, HttpCallError, HttpReply, post_json
 from memory_pipelines.llm.prompts import (
     DISTILL, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS, SUMMARIZE_NODE,
-    SYNTHESIZE_KNOWLEDGE, Prompt, judging_schema,
+    SYNTHESIZE_KNOWLEDGE, Prompt, judging_schema, numbers_schema,
 )
 from memory_pipelines.records import Distillation, Message, NoiseVerdict, Segment, Summary, SummaryFormatError
 from memory_pipelines.rules import facts as rules_facts
@@ -410,7 +410,8 @@ class PromptedBackend(ModelBackend):
         user = f"Previous summary entries:\n{listing}\n\nNew segments:\n{render_transcript(messages)}"
         by_number = {n: entry for n, _, entry in entries}
         return self._ask(FIND_OVERTURNED, FIND_OVERTURNED.system, user,
-                         lambda data: {by_number[n] for n in _numbers(data, "overturned") if n in by_number})
+                         lambda data: {by_number[n] for n in _numbers(data, "overturned") if n in by_number},
+                         numbers_schema(FIND_OVERTURNED, len(entries)))
 
     def summarize(self, previous, messages, language):
         system = SUMMARIZE.system.format(language=_language_phrase(language),
@@ -437,7 +438,8 @@ class PromptedBackend(ModelBackend):
                            summary.keys, summary.language)
 
         return self._ask(SELECT_RELEVANT, SELECT_RELEVANT.system,
-                         f"Summary entries:\n{listing}\n\nRequest: {request}", parse)
+                         f"Summary entries:\n{listing}\n\nRequest: {request}", parse,
+                         numbers_schema(SELECT_RELEVANT, len(entries)))
 
 
     def summarize_facts(self, facts):

@@ -70,7 +70,7 @@ def _answer(required: list[str], **properties: Any) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": properties}
 
 
-_NUMBERS = {"type": "array", "items": {"type": ["integer", "string"]}}
+_NUMBERS = {"type": "array", "items": {"type": ["integer", "string"], "maxLength": 6}}
 _SUMMARY_TEXT = _answer(["summary"], summary={"type": "string", "minLength": 1})
 
 
@@ -101,6 +101,15 @@ Reply with one JSON object only, one item per segment in the order given, for ex
     _answer(["segments"], segments={"type": "array", "items": _answer(
         ["id", "noise"], id={"type": ["string", "integer"]}, noise={"type": "boolean"},
         reason={"enum": [*NOISE_REASONS, None]}, confidence={"type": "number", "minimum": 0, "maximum": 1})}))
+
+
+def numbers_schema(prompt: "Prompt", count: int) -> dict[str, Any]:
+    """The schema of an answer listing entry numbers, for one call over `count` entries: at
+    most that many (unbounded, a small model goes on listing numbers until its output cap)."""
+    schema = copy.deepcopy(dict(prompt.schema))
+    (field,) = schema["required"]
+    schema["properties"][field]["maxItems"] = count
+    return schema
 
 
 def judging_schema(segment_ids: Sequence[str]) -> dict[str, Any]:
