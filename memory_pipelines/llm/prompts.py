@@ -103,7 +103,7 @@ Reply with one JSON object only, one item per segment in the order given, for ex
         reason={"enum": [*NOISE_REASONS, None]}, confidence={"type": "number", "minimum": 0, "maximum": 1})}))
 
 
-def numbers_schema(prompt: "Prompt", count: int) -> dict[str, Any]:
+def numbers_schema(prompt: Prompt, count: int) -> dict[str, Any]:
     """The schema of an answer listing entry numbers, for one call over `count` entries: at
     most that many (unbounded, a small model goes on listing numbers until its output cap)."""
     schema = copy.deepcopy(dict(prompt.schema))

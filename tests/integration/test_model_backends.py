@@ -249,3 +249,17 @@ def test_judging_asks_for_verdicts_on_the_segments_sent_only(server):
     assert schema["maxItems"] == 1 and schema["items"]["properties"]["id"] == {"enum": ["s1:1"]}
     assert call.schema_retried and [v.noise for v in verdicts] == [False]
     assert "segments/1/id: 's1:99' is not one of ['s1:1']" in server.requests[1].payload["messages"][-1]["content"]
+
+
+def test_entry_numbers_are_asked_for_at_most_as_many_as_there_are_entries(server):
+    good = server.answer
+    server.answer = lambda request, number: {"overturned": [1, 2, 3, 4]} if number == 1 else good(request, number)
+    previous = Summary(key_decisions=("Do: a", "Don't: b"), past_discussions=("c",), current_discussion="d")
+    overturned, call = _backend("openai", server).find_overturned(previous, _messages())
+    schema = server.requests[0].payload["response_format"]["json_schema"]["schema"]["properties"]["overturned"]
+    assert schema["maxItems"] == 3  # the entries it may overturn (not the current discussion)
+    assert call.schema_retried and overturned == set()
+    assert "overturned: more than 3 items" in server.requests[1].payload["messages"][-1]["content"]
+    _backend("openai", server).select_relevant(previous, "what now?")
+    assert server.requests[-1].payload["response_format"]["json_schema"]["schema"]["properties"]["relevant"][
+        "maxItems"] == 4
