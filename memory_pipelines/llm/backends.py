@@ -20,7 +20,7 @@ from memory_pipelines.llm.config import ModelConfig
 from memory_pipelines.llm.http import RETRY_STATUS, HttpCallError, HttpReply, post_json
 from memory_pipelines.llm.prompts import (
     DISTILL, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS, SUMMARIZE_NODE,
-    SYNTHESIZE_KNOWLEDGE, Prompt, judging_schema, numbers_schema,
+    SYNTHESIZE_KNOWLEDGE, Prompt, distill_schema, judging_schema, numbers_schema,
 )
 from memory_pipelines.records import Distillation, Message, NoiseVerdict, Segment, Summary, SummaryFormatError
 from memory_pipelines.rules import facts as rules_facts
@@ -421,7 +421,8 @@ class PromptedBackend(ModelBackend):
     def distill(self, previous, messages, language):
         system = DISTILL.system.format(language=_language_phrase(language),
                                        previous=json.dumps(previous.to_json(), ensure_ascii=False))
-        return self._ask(DISTILL, system, render_chunk(messages), Distillation.from_json)
+        return self._ask(DISTILL, system, render_chunk(messages), Distillation.from_json,
+                         distill_schema([m.seq for m in messages]))
 
     def select_relevant(self, summary, request):
         entries = _numbered(summary)

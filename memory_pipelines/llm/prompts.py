@@ -212,6 +212,16 @@ Previous summary: {{previous}}""",
             **_KNOWLEDGE),
     ("facts", "entries", "relations"))
 
+def distill_schema(seqs: Sequence[int]) -> dict[str, Any]:
+    """The distillation answer's schema for one chunk: every item cites one of the seqs the
+    call read, or none (a 0.5B model numbered its facts 1, 2, ... and cited messages it was
+    never shown; constrained decoding now offers only the chunk's own)."""
+    schema = copy.deepcopy(dict(DISTILL.schema))
+    for items in DISTILL.item_lists:
+        schema["properties"][items]["items"]["properties"]["seq"] = {"enum": [*seqs, None]}
+    return schema
+
+
 SUMMARIZE_NODE = Prompt("summarize_node", """\
 Condense the summaries below, of consecutive parts of one user's conversation history (one
 per line, oldest first), into one summary of at most three sentences that keeps the names,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 from memory_pipelines.llm import ModelConfig, ModelError, build_backend
 from memory_pipelines.llm.config import chat_config, decision_config
-from memory_pipelines.llm.prompts import DISTILL, SUMMARIZE
+from memory_pipelines.llm.prompts import DISTILL, SUMMARIZE, distill_schema
 from memory_pipelines.records import Message, Summary
 from memory_pipelines.segments import cut_segments
 from tests.fakes import FakeModelServer, Fault
@@ -46,12 +47,12 @@ def test_distill_speaks_the_protocol_and_reports_tokens(kind, server):
     [request] = server.requests
     # the answer's JSON Schema goes to the server, as each protocol takes one
     if kind == "ollama":
-        assert request.path == "/api/chat" and request.payload["format"] == DISTILL.schema
+        assert request.path == "/api/chat" and request.payload["format"] == distill_schema([1, 2])
         assert request.payload["stream"] is False and request.payload["options"]["num_predict"] == 2048
     else:
         assert request.path == "/v1/chat/completions"
         assert request.payload["response_format"] == {
-            "type": "json_schema", "json_schema": {"name": "distill", "schema": DISTILL.schema}}
+            "type": "json_schema", "json_schema": {"name": "distill", "schema": distill_schema([1, 2])}}
         assert request.payload["max_tokens"] == 2048
     assert request.payload["model"] == "test-model"
     # the chunk's lines carry their seq (facts cite them); the previous summary is in the system prompt
@@ -263,3 +264,19 @@ def test_entry_numbers_are_asked_for_at_most_as_many_as_there_are_entries(server
     _backend("openai", server).select_relevant(previous, "what now?")
     assert server.requests[-1].payload["response_format"]["json_schema"]["schema"]["properties"]["relevant"][
         "maxItems"] == 4
+
+
+def test_a_distillation_may_cite_only_the_seqs_it_read(server):
+    messages = [replace(m, seq=m.seq + 6) for m in _messages()]  # a later chunk: seqs 7 and 8
+    server.answer = lambda request, number: {"summary": {"current_discussion": "ports"}, "facts": [
+        {"category": "setup", "key": "api_port", "value": "9090", "seq": 7},
+        {"category": "setup", "key": "proxy_port", "value": "8080", "seq": 1}]}
+    distilled, call = _backend("openai", server).distill(Summary(), messages, "en")
+    schema = server.requests[0].payload["response_format"]["json_schema"]["schema"]["properties"]
+    for items in ("facts", "entries", "relations"):
+        assert schema[items]["items"]["properties"]["seq"] == {"enum": [7, 8, None]}
+    assert DISTILL.schema["properties"]["facts"]["items"]["properties"]["seq"] == {"type": ["integer", "null"]}
+    # an item citing a message the call never read is kept for the stage to reject with its
+    # reason; it costs neither the summary nor a retry
+    assert call.status == "ok" and not call.schema_retried and len(server.requests) == 1
+    assert [f["seq"] for f in distilled.facts] == [7, 1]
