@@ -7,6 +7,7 @@ import dagster as dg
 from assets.resources import PostgresResource
 from memory_pipelines.quality_gates.catalogue import CHECKS, QualityCheck, run_checks
 from memory_pipelines.quality_gates.expectations import QualityResult
+from memory_pipelines.stages.common import Window
 
 
 def quality_check_specs(*assets: str) -> list[dg.AssetCheckSpec]:
@@ -14,12 +15,11 @@ def quality_check_specs(*assets: str) -> list[dg.AssetCheckSpec]:
             for asset in assets for check in CHECKS[asset]]
 
 
-def partition_scope(context: dg.AssetExecutionContext, **extra) -> dict:
-    """What every check query may bind: the run's partition keys, their time window and the
+def partition_scope(context: dg.AssetExecutionContext, window: Window, **extra) -> dict:
+    """What every check query may bind: the run's days, their time window, its shard and the
     run id, plus what the asset adds."""
-    window = context.partition_time_window
-    return {"partition_keys": list(context.partition_keys), "start": window.start, "end": window.end,
-            "run_id": context.run_id, **extra}
+    return {"partition_keys": list(window.partition_keys), "start": window.span.start, "end": window.span.end,
+            "run_id": context.run_id, **window.shard.params, **extra}
 
 
 def check_result(asset: str, check: QualityCheck, outcome: QualityResult) -> dg.AssetCheckResult:

@@ -7,7 +7,7 @@ from datetime import UTC
 
 import dagster as dg
 
-from assets.partitions import daily_partitions
+from assets.partitions import SHARD_TAG, SHARDS, daily_partitions, partition_key
 from assets.resources import PostgresResource
 from memory_pipelines.config import mask_url, setting
 from memory_pipelines.db.connection import get_pool
@@ -19,6 +19,15 @@ AUTOMATION_ON = setting("MEMORY_AUTOMATION")
 DEFAULT_STATUS = dg.DefaultScheduleStatus.RUNNING if AUTOMATION_ON else dg.DefaultScheduleStatus.STOPPED
 
 
+def shard_run(run_key: str, day: str, shard: int) -> dg.RunRequest:
+    """A run of one day of one shard (of every user, unsharded), tagged with its shard so the
+    UI groups the shard's runs and the queued coordinator starts one of them at a time."""
+    if SHARDS == 1:
+        return dg.RunRequest(run_key=run_key, partition_key=day)
+    return dg.RunRequest(run_key=f"{run_key}#{shard}", partition_key=partition_key(day, shard),
+                         tags={SHARD_TAG: str(shard)})
+
+
 def build_automation(job):
     @dg.schedule(job=job, cron_schedule=setting("MEMORY_SCHEDULE_CRON"),
                  execution_timezone="UTC", default_status=DEFAULT_STATUS,
@@ -27,7 +36,7 @@ def build_automation(job):
     def distill_schedule(context: dg.ScheduleEvaluationContext):
         moment = context.scheduled_execution_time.astimezone(UTC)
         key = daily_partitions.get_partition_key_for_timestamp(moment.timestamp())
-        return dg.RunRequest(run_key=f"{key}@{moment.isoformat()}", partition_key=key)
+        return [shard_run(f"{key}@{moment.isoformat()}", key, shard) for shard in range(SHARDS)]
 
     @dg.sensor(job=job, minimum_interval_seconds=60,
                default_status=dg.DefaultSensorStatus.RUNNING if AUTOMATION_ON else dg.DefaultSensorStatus.STOPPED,
@@ -48,7 +57,7 @@ def build_automation(job):
         valid = set(daily_partitions.get_partition_keys())
         digest = hashlib.sha256(json.dumps([found.changed, found.cursor], sort_keys=True).encode()).hexdigest()[:12]
         context.update_cursor(json.dumps(found.cursor))
-        return [dg.RunRequest(run_key=f"{day.isoformat()}:{digest}", partition_key=day.isoformat())
-                for day in found.days if day.isoformat() in valid]
+        return [shard_run(f"{day.isoformat()}:{digest}", day.isoformat(), shard)
+                for day in found.days if day.isoformat() in valid for shard in range(SHARDS)]
 
     return distill_schedule, transcript_files_sensor

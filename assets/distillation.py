@@ -7,7 +7,7 @@ import dagster as dg
 
 from assets.asset_checks import quality_check_specs
 from assets.materialization import stage_results, stage_window
-from assets.partitions import DAILY_ASSET
+from assets.partitions import DAILY_ASSET, PREVIOUS_DAY
 from assets.resources import ModelResource, PostgresResource, SummarySettings
 from memory_pipelines.config import Settings
 from memory_pipelines.db.connection import get_pool
@@ -44,8 +44,7 @@ def conversation_segments(
     **DAILY_ASSET,
     deps=[
         "conversation_segments",
-        dg.AssetDep("session_summaries",
-                    partition_mapping=dg.TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)),
+        dg.AssetDep("session_summaries", partition_mapping=PREVIOUS_DAY),
     ],
     check_specs=quality_check_specs("session_summaries"),
     group_name="distillation",

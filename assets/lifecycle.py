@@ -6,7 +6,7 @@ import dagster as dg
 
 from assets.asset_checks import quality_check_specs
 from assets.materialization import stage_results, stage_window
-from assets.partitions import DAILY_ASSET, daily_partitions
+from assets.partitions import DAILY_ASSET
 from assets.resources import LifecycleSettings, PostgresResource
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.stages import decay, error_memory as error_stage, knowledge
@@ -37,7 +37,7 @@ from memory_pipelines.stages.common import NO_BACKENDS
     # set order, a UI backfill of a non-subsettable multi-asset. A subset still writes both
     # tables (the stage is idempotent) and reports only what was selected.
     can_subset=True,
-    partitions_def=daily_partitions,
+    partitions_def=DAILY_ASSET["partitions_def"],
     backfill_policy=DAILY_ASSET["backfill_policy"],
     retry_policy=DAILY_ASSET["retry_policy"],
 )

@@ -7,14 +7,21 @@ from collections.abc import Iterator
 import dagster as dg
 
 from assets.asset_checks import partition_scope, quality_check_results
+from assets.partitions import partition_key, split_partition_keys
 from assets.resources import PostgresResource
+from memory_pipelines.db import repository
+from memory_pipelines.db.connection import get_pool
 from memory_pipelines.reporting import markdown_table
 from memory_pipelines.stages.common import StageReport, Window
 
 
 def stage_window(context: dg.AssetExecutionContext) -> Window:
-    """The days this run materializes, in order (one day, or a backfill's range as one run)."""
-    return Window(tuple(context.partition_keys), context.run_id)
+    """The days this run materializes, in order (one day, or a backfill's range as one run),
+    and its shard, once the database is known to be distilled with this many shards."""
+    days, shard = split_partition_keys(list(context.partition_keys))
+    with get_pool(context.resources.postgres.url()).connection() as conn:
+        repository.check_shard_layout(conn, shard.count)
+    return Window(days, context.run_id, shard)
 
 
 def call_metadata(report: StageReport) -> dict:
@@ -41,6 +48,7 @@ def _preview(rows: list[dict]) -> dg.MetadataValue:
 def report_metadata(window: Window, report: StageReport) -> dict:
     return {
         "partitions": window.label,
+        **({"shard": window.shard.label} if window.shard.label else {}),
         **report.counts.metadata(),
         **(call_metadata(report) if report.calls_models else {}),
         "preview": _preview(report.preview),
@@ -74,9 +82,10 @@ def stage_results(context: dg.AssetExecutionContext, postgres: PostgresResource,
             # Dagster records a materialization per day of a range, each with its own copy of
             # the metadata: the range's totals go on its last day, the others name that day
             # (serializing 720 copies of the preview was most of a two-year run's bookkeeping)
-            context.add_asset_metadata(metadata, asset_key=asset, partition_key=window.last)
+            context.add_asset_metadata(metadata, asset_key=asset,
+                                       partition_key=partition_key(window.last, window.shard.index))
             yield dg.MaterializeResult(asset_key=asset, metadata={
                 "partitions": window.label, "range_totals_on": window.last})
         else:
             yield dg.MaterializeResult(asset_key=asset, metadata=metadata)
-    yield from quality_check_results(postgres, partition_scope(context, **report.check_scope), *selected)
+    yield from quality_check_results(postgres, partition_scope(context, window, **report.check_scope), *selected)

@@ -2,14 +2,17 @@
 
 import json
 import logging
+import multiprocessing
 import os
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -20,7 +23,8 @@ from psycopg import sql
 
 from tqdm import tqdm
 
-from assets.partitions import TRANSIENT_RETRIES, daily_partitions
+from assets.partitions import SHARD_TAG, SHARDS, TRANSIENT_RETRIES, daily_partitions, partition_key
+from memory_pipelines.config import setting
 from memory_pipelines.db.queries import query
 from memory_pipelines.stages.common import progress_bars
 
@@ -40,6 +44,16 @@ def _postgres_storage(url: str) -> str:
     out (JSON is valid YAML) so that any process on this DAGSTER_HOME, `dagster dev` started
     by hand too, finds it; the file is then readable by its owner only."""
     return f"\nstorage:\n  postgres:\n    postgres_url: {json.dumps(url)}\n"
+
+
+def _run_queue() -> str:
+    """The queued run coordinator: at most MEMORY_MAX_CONCURRENT_RUNS runs at once, and one
+    run per shard (tag memory/shard), so a shard's days go in order while shards run side by
+    side."""
+    return ("\nrun_coordinator:\n  module: dagster.core.run_coordinator\n  class: QueuedRunCoordinator\n"
+            f"  config:\n    max_concurrent_runs: {setting('MEMORY_MAX_CONCURRENT_RUNS')}\n"
+            f"    tag_concurrency_limits:\n      - key: {json.dumps(SHARD_TAG)}\n"
+            "        value:\n          applyLimitPerUniqueValue: true\n        limit: 1\n")
 
 
 def dagster_storage_url(database_url: str) -> str:
@@ -63,7 +77,7 @@ def ensure_dagster_home(home: Path, database_url: str | None = None) -> Path:
     dagster_home.mkdir(parents=True, exist_ok=True)
     config = dagster_home / "dagster.yaml"
     if not config.exists() or config.read_text(encoding="utf-8").startswith(MANAGED_MARK):
-        text = INSTANCE_TEMPLATE.read_text(encoding="utf-8")
+        text = INSTANCE_TEMPLATE.read_text(encoding="utf-8") + _run_queue()
         if database_url:
             with psycopg.connect(database_url) as conn:  # one transaction: the lock and the schema
                 conn.execute(sql.SQL(query("create_dagster_schema")).format(schema=sql.Identifier(DAGSTER_SCHEMA)))
@@ -135,6 +149,7 @@ class RangeRun:
     read: int  # transcript records the run read, and of them refused
     quarantined: int
     refused_by_reason: Counter
+    shard: int = 0
 
 
 def partition_keys_between(start: str, end: str) -> list[str]:
@@ -178,16 +193,23 @@ def range_label(keys: Sequence[str]) -> str:
     return f"partition {keys[0]}" if len(keys) == 1 else f"days {keys[0]}..{keys[-1]}"
 
 
+def shard_label(shard: int) -> str:
+    return f" of shard {shard}/{SHARDS}" if SHARDS > 1 else ""
+
+
 def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.DagsterInstance,
-                  echo: Callable[[str], None]) -> dg.ExecuteInProcessResult:
+                  echo: Callable[[str], None], shard: int = 0) -> dg.ExecuteInProcessResult:
     """One run over the consecutive days `keys` (a UI backfill with the single-run policy
     runs the same way), run again with the step retry policy's limits and pauses when
     Dagster's storage lost its database, while creating the run or inside a step: retry
     policies cover only a step's own code. Every stage is idempotent, so a new run starts
     from what the failed one committed."""
-    # one day as a partition key, a longer range as the range tags of a single-run backfill
-    target = {"partition_key": keys[0]} if len(keys) == 1 else {"tags": {
-        "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}}
+    # one day as a partition key, a longer range as the range tags of a single-run backfill;
+    # sharded, the keys are the shard's (DAY|SHARD) and the run carries the shard's tag
+    first, last = partition_key(keys[0], shard), partition_key(keys[-1], shard)
+    tags = {SHARD_TAG: str(shard)} if SHARDS > 1 else {}
+    target = {"partition_key": first, "tags": tags} if len(keys) == 1 else {"tags": {
+        **tags, "dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}}
     attempt = 0
     while True:
         try:
@@ -214,10 +236,11 @@ def _terminal_bar(stage: str, days: int) -> Iterator[Callable[[], None]]:
         yield bar.update
 
 
-def run_range(keys: Sequence[str], echo: Callable[[str], None] = print) -> RangeRun:
-    """Materialize every asset over the consecutive days `keys` in one run: each stage works
-    through the days in order, so a day without data costs little more than Dagster's
-    bookkeeping of it. A failed step fails the run (the days a stage committed stay)."""
+def run_range(keys: Sequence[str], echo: Callable[[str], None] = print, shard: int = 0) -> RangeRun:
+    """Materialize every asset over the consecutive days `keys` in one run (of one shard's
+    users, sharded): each stage works through the days in order, so a day without data
+    costs little more than Dagster's bookkeeping of it. A failed step fails the run (the
+    days a stage committed stay)."""
     # Imported here so that the environment the CLI prepared is what the resources read.
     from assets.definitions import all_assets, distill_job
     from assets.resources import resources_from_env
@@ -228,15 +251,60 @@ def run_range(keys: Sequence[str], echo: Callable[[str], None] = print) -> Range
     )
     job = defs.resolve_job_def("distill")
     instance = dg.DagsterInstance.get()
-    echo(f"[1/1] {keys[0]} .. {keys[-1]} ({len(keys)} days, one run)")
     started = time.perf_counter()
     with progress_bars(_terminal_bar):
-        result = execute_range(job, keys, instance, echo)
+        result = execute_range(job, keys, instance, echo, shard)
     if not result.success:
-        raise RunFailed(f"{range_label(keys)} failed at {first_error(result)}")
+        raise RunFailed(f"{range_label(keys)}{shard_label(shard)} failed at {first_error(result)}")
     # one materialization per day; the range's counts are on its last day's
-    ingested = next(m for m in result.asset_materializations_for_node("transcripts") if m.partition == keys[-1])
+    last = partition_key(keys[-1], shard)
+    ingested = next(m for m in result.asset_materializations_for_node("transcripts") if m.partition == last)
     sys.stdout.flush()
     return RangeRun(keys[0], keys[-1], len(keys), result.run_id, time.perf_counter() - started,
                     ingested.metadata["read"].value, ingested.metadata["quarantined"].value,
-                    Counter(ingested.metadata["quarantined_by_reason"].value))
+                    Counter(ingested.metadata["quarantined_by_reason"].value), shard)
+
+
+def _echo_as(prefix: str, line: str) -> None:
+    print(f"{prefix}{line}", flush=True)
+
+
+def _run_shard(keys: Sequence[str], shard: int) -> RangeRun:
+    """One shard's run in a worker process (its own Dagster run and pools)."""
+    return run_range(keys, partial(_echo_as, f"[shard {shard}] "), shard)
+
+
+def run_shards(keys: Sequence[str], shards: Sequence[int], parallel: int,
+               echo: Callable[[str], None] = print) -> list[RangeRun]:
+    """Each shard's run over the days `keys`, `parallel` at a time, each in a process of its
+    own (one shard alone runs here). Shards never wait on each other; every run is tried,
+    and a failed one is reported once the others end."""
+    if len(shards) == 1 or parallel == 1:
+        ran = []
+        for number, shard in enumerate(shards, 1):
+            echo(f"[{number}/{len(shards)}] {keys[0]} .. {keys[-1]} ({len(keys)} days, one run){shard_label(shard)}")
+            ran.append(run_range(keys, echo, shard))
+        return ran
+    echo(f"{keys[0]} .. {keys[-1]} ({len(keys)} days): {len(shards)} shard runs, {parallel} at a time")
+    dg.DagsterInstance.get().get_runs(limit=1)  # Dagster's tables made here, not raced for by the workers
+    ran, failed = [], []
+    with ProcessPoolExecutor(max_workers=parallel, mp_context=multiprocessing.get_context("spawn")) as workers:
+        futures = {workers.submit(_run_shard, keys, shard): shard for shard in shards}
+        for future in as_completed(futures):
+            try:
+                ran.append(future.result())
+            except RunFailed as exc:
+                failed.append(str(exc))
+    if failed:
+        raise RunFailed("; ".join(sorted(failed)))
+    return sorted(ran, key=lambda r: r.shard)
+
+
+IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+               dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+
+
+def runs_in_progress() -> list[str]:
+    """The ids of the distill runs this DAGSTER_HOME's instance has queued or running."""
+    instance = dg.DagsterInstance.get()
+    return [run.run_id for run in instance.get_runs(dg.RunsFilter(job_name="distill", statuses=IN_PROGRESS))]

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from datetime import date
 from itertools import islice
@@ -128,29 +129,56 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from memory_pipelines.db import repository
 
-    from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_range
+    from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_shards
+    from memory_pipelines.shards import ShardLayoutMismatch
 
+    shards = _parse_shards(args.shards, settings.shards)
     ensure_dagster_home(settings.home, url)
     try:
         keys = partition_keys_between(start.isoformat(), end.isoformat())
-    except ValueError as exc:
+        with pool.connection() as conn:  # before any run: every step would refuse it alike
+            repository.check_shard_layout(conn, settings.shards)
+    except (ValueError, ShardLayoutMismatch) as exc:
         raise UsageError(str(exc)) from None
     print(f"partitions:  {keys[0]} .. {keys[-1]} ({len(keys)} days)")
+    started = time.perf_counter()
     try:
-        ran = run_range(keys)
+        runs = run_shards(keys, shards, args.parallel)
     except RunFailed as exc:
         raise CliError(str(exc)) from None
     with pool.connection() as conn:
         counts = repository.row_counts(conn, repository.list_tables(conn))
     width = max(len(t) for t in counts)
-    print(f"done: {ran.days} partition(s) in {ran.seconds:.1f}s")
+    runs_label = f" x {len(runs)} shard(s)" if settings.shards > 1 else ""
+    print(f"done: {len(keys)} partition(s){runs_label} in {time.perf_counter() - started:.1f}s")
     for table, count in counts.items():
         print(f"  {table:<{width}}  {count:>8}")
-    if ran.read and ran.quarantined == ran.read:
-        raise CliError(f"all {ran.read} record(s) read were refused and quarantined "
-                       f"({_refused_summary(ran.refused_by_reason)}): "
-                       f"see the quarantine table; nothing was stored")
+    read, quarantined = sum(r.read for r in runs), sum(r.quarantined for r in runs)
+    if read and quarantined == read:
+        refused = sum((r.refused_by_reason for r in runs), Counter())
+        raise CliError(f"all {read} record(s) read were refused and quarantined "
+                       f"({_refused_summary(refused)}): see the quarantine table; nothing was stored")
     return 0
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
+def _parse_shards(text: str | None, count: int) -> list[int]:
+    """`--shards`: all (the default) or shard numbers, e.g. 0,2."""
+    if text is None or text == "all":
+        return list(range(count))
+    try:
+        shards = sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        raise UsageError(f"--shards {text!r}: give all or shard numbers such as 0,2") from None
+    outside = [s for s in shards if not 0 <= s < count]
+    if outside:
+        raise UsageError(f"--shards {text}: MEMORY_SHARDS is {count}, so shards are 0..{count - 1}")
+    return shards
 
 
 def cmd_db(args: argparse.Namespace) -> int:
@@ -229,6 +257,32 @@ def cmd_ui(args: argparse.Namespace) -> int:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def cmd_reshard(args: argparse.Namespace) -> int:
+    from memory_pipelines.db import repository
+    from memory_pipelines.db.connection import get_pool
+
+    from assets.runner import ensure_dagster_home, runs_in_progress
+
+    settings = _settings()
+    url = _connect_url(settings)
+    ensure_dagster_home(settings.home, url)
+    # a run that started under the old count would leave some users' days undone
+    busy = runs_in_progress()
+    if busy and not args.force:
+        raise CliError(f"{len(busy)} distill run(s) are queued or running ({', '.join(busy[:3])}): wait for them "
+                       "(or cancel them in the UI) and run reshard again; --force when their processes are gone")
+    if busy:
+        print(f"--force: {len(busy)} run(s) shown as in progress ({', '.join(busy[:3])}) taken for dead")
+    with get_pool(url).connection() as conn:
+        before = repository.change_shard_layout(conn, args.shards)
+    print(f"shards: {before if before is not None else 'none recorded'} -> {args.shards}")
+    if args.shards != settings.shards:
+        print(f"set MEMORY_SHARDS={args.shards} for every process of the deployment (runs refuse another count)")
+    print("then run again the days from the first one a shard had not finished, e.g. "
+          "`memory-pipelines run --start DAY --shards all`: stages are idempotent, finished days stay as they are")
+    return 0
 
 
 def _require_user(conn, user_id: str) -> None:
@@ -1031,7 +1085,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how transcript files are read (default: MEMORY_TRANSCRIPT_FORMAT, auto: per file)")
     run.add_argument("--start", help="first day, YYYY-MM-DD (default: the first day in the transcripts)")
     run.add_argument("--end", help="last day, inclusive (default: the last day in the transcripts)")
+    run.add_argument("--shards", help="with MEMORY_SHARDS above 1: all (default) or the shards to run, e.g. 0,2; "
+                     "each shard's days are one run")
+    run.add_argument("--parallel", type=_positive_int, default=1, metavar="K",
+                     help="shard runs at once, each in its own process (default 1)")
     run.set_defaults(func=cmd_run)
+
+    reshard = sub.add_parser("reshard", help="record a new MEMORY_SHARDS for the database (no run may be in progress)")
+    reshard.add_argument("--shards", type=_positive_int, required=True, help="the new shard count")
+    reshard.add_argument("--force", action="store_true",
+                         help="go on although runs show as in progress (their processes were killed)")
+    reshard.set_defaults(func=cmd_reshard)
 
     db = sub.add_parser("db", help="the database: status, start, stop, migrate, url")
     db.add_argument("action", choices=["status", "start", "stop", "migrate", "url"])

@@ -295,6 +295,12 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("MEMORY_RETRY_DELAY", decimal(0), 10.0, "seconds before a step's first retry"),
     Spec("MEMORY_SCHEDULE_CRON", CRON, "*/15 * * * *", "when the schedule distills today's partition"),
     Spec("MEMORY_AUTOMATION", BOOLEAN, False, "start the schedule and sensor running in `dagster dev`"),
+    Spec("MEMORY_SHARDS", integer(1, 1024), 1,
+         "user shards: above 1 the assets are partitioned by day x shard, a shard's days run in order"),
+    Spec("MEMORY_MAX_CONCURRENT_RUNS", integer(1, 256), 4, "runs the queued run coordinator starts at once"),
+    Spec("MEMORY_EXECUTOR", choice("in_process", "multiprocess", "dask"), "in_process",
+         "where a run's steps execute: its own process, a process per step, or a Dask cluster"),
+    Spec("MEMORY_DASK_SCHEDULER", TEXT, None, "the dask.distributed scheduler address (tcp://HOST:PORT)"),
     Spec("MEMORY_API_KEY", TEXT, None, "the API key `serve mcp` acts with over stdio", secret=True),
     Spec("MEMORY_API_TIMEOUT", decimal(0, low_open=True), 30.0, "seconds one API or MCP request may take"),
     Spec("MEMORY_API_MAX_BODY_BYTES", integer(1024), 1_048_576, "largest API request body"),
@@ -365,6 +371,7 @@ class Settings:
     timezone: str
     max_message_bytes: int
     partition_start: date
+    shards: int
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -375,6 +382,7 @@ class Settings:
             timezone=setting("MEMORY_TIMEZONE"),
             max_message_bytes=setting("MEMORY_MAX_MESSAGE_BYTES"),
             partition_start=setting("MEMORY_PARTITION_START"),
+            shards=setting("MEMORY_SHARDS"),
         )
 
 

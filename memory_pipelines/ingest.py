@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from memory_pipelines.records import (
     ForkPoint, IngestPlan, Message, QuarantinedRecord, QuarantineReason, StoredMessage, TranscriptScan,
 )
+from memory_pipelines.shards import Shard
+
+
+def scan_of_shard(scan: TranscriptScan, shard: Shard) -> tuple[TranscriptScan, int]:
+    """The part of a scan a shard's run ingests: its users' messages, and the refused
+    records on shard 0 alone (a record refused while reading names no user to shard it by),
+    with how many records it leaves to the other shards' runs."""
+    if shard.count == 1:
+        return scan, 0
+    mine = tuple(m for m in scan.messages if shard.holds(m.user_id))
+    refused = scan.quarantined if shard.index == 0 else ()
+    return replace(scan, messages=mine, quarantined=refused), scan.read - len(mine) - len(refused)
 
 
 def _refuse(message: Message, reason: QuarantineReason, detail: str) -> QuarantinedRecord:

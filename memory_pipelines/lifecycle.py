@@ -21,6 +21,7 @@ from memory_pipelines.db.queries import query
 from memory_pipelines.config import DecaySettings
 from memory_pipelines.knowledge import DecayCandidate, DecayVerdict, Triple, plan_decay, superseded_by
 from memory_pipelines.pii import sanitize
+from memory_pipelines.shards import ALL_USERS, Shard
 
 # the tables whose rows record accesses (decay's boost and disuse)
 ACCESS_COUNTED = ("knowledge_entries", "memory_facts")
@@ -87,20 +88,22 @@ def _archive(conn: psycopg.Connection, table: str, rows: list[dict], as_of: date
     conn.execute(sql.SQL(query("delete_rows")).format(table=sql.Identifier(table)), {"ids": ids})
 
 
-def decay_as_of(conn: psycopg.Connection, window_end: datetime) -> datetime | None:
-    """The moment decay judges from: the newest message the pipeline has seen before the
-    window's end (conversation time, never the wall clock or a file's date), so a backfill
-    reproduces it; None when nothing was ingested yet."""
-    return conn.execute(query("newest_message_before"), {"before": window_end}).fetchone()[0]
+def decay_as_of(conn: psycopg.Connection, window_end: datetime, shard: Shard = ALL_USERS) -> datetime | None:
+    """The moment decay judges from: the newest message of the shard's users the pipeline
+    has seen before the window's end (conversation time, never the wall clock or a file's
+    date), so a backfill reproduces it and a shard never waits on another; None when nothing
+    was ingested yet."""
+    return conn.execute(query("newest_message_before"), {"before": window_end, **shard.params}).fetchone()[0]
 
 
 def judge_decay(conn: psycopg.Connection, as_of: datetime, settings: DecaySettings,
-                user_id: str | None = None) -> list[DecayVerdict]:
+                user_id: str | None = None, shard: Shard = ALL_USERS) -> list[DecayVerdict]:
     """What decay would do as of `as_of` to every knowledge entry and visible fact (of one
-    user, given one), archiving nothing."""
+    user, given one; of the shard's users), archiving nothing."""
     with conn.cursor(row_factory=dict_row) as cur:
         candidates = [DecayCandidate(**row) for listing in ("decay_knowledge_candidates", "decay_fact_candidates")
-                      for row in cur.execute(query(listing), {"as_of": as_of, "user_id": user_id}).fetchall()]
+                      for row in cur.execute(query(listing), {"as_of": as_of, "user_id": user_id,
+                                                                       **shard.params}).fetchall()]
         users = sorted({c.user_id for c in candidates if c.user_id is not None})
         triples = [Triple(**row) for row in cur.execute(query("graph_statements"),
                                                         {"user_ids": users, "all_users": False}).fetchall()]
@@ -110,11 +113,12 @@ def judge_decay(conn: psycopg.Connection, as_of: datetime, settings: DecaySettin
 
 
 def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id: str,
-          settings: DecaySettings = DecaySettings()) -> DecayReport:
-    """Judge every knowledge entry and fact as of `as_of` (`knowledge.plan_decay`) and move
-    to memory_archive what it archives, and error memories past their TTL."""
+          settings: DecaySettings = DecaySettings(), shard: Shard = ALL_USERS) -> DecayReport:
+    """Judge every knowledge entry and fact (of the shard's users) as of `as_of`
+    (`knowledge.plan_decay`) and move to memory_archive what it archives, and error memories
+    past their TTL."""
     report = DecayReport(as_of=as_of)
-    verdicts = judge_decay(conn, as_of, settings)
+    verdicts = judge_decay(conn, as_of, settings, shard=shard)
     for table in ("knowledge_entries", "memory_facts"):
         moving = []
         for v in verdicts:
@@ -128,7 +132,7 @@ def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id:
         _archive(conn, table, moving, as_of, partition_key, run_id)
     with conn.cursor(row_factory=dict_row) as cur:
         expired = [{"id": r["id"], "key": r["key"], "reason": "ttl", "score": None}
-                   for r in cur.execute(query("expired_errors"), {"as_of": as_of}).fetchall()]
+                   for r in cur.execute(query("expired_errors"), {"as_of": as_of, **shard.params}).fetchall()]
     _archive(conn, "error_memory", expired, as_of, partition_key, run_id)
     report.archived["error_memory:ttl"] += len(expired)
     return report

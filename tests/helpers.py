@@ -14,7 +14,9 @@ from pathlib import Path
 
 import dagster as dg
 import httpx
+import numpy as np
 import psycopg
+from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from assets.resources import EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSourceResource
@@ -257,3 +259,54 @@ def sensor_context(database_url: str, cursor: str | None = None):
     from assets.resources import PostgresResource
 
     return dg.build_sensor_context(cursor=cursor, resources={"postgres": PostgresResource(database_url=database_url)})
+
+
+# Columns that hold another row's serial id: two builds name the same row by different ids.
+ID_REFERENCES = {"memory_facts": ("merged_into", "concat_ws('|', t.user_id, t.category, t.key, t.value)"),
+                 "entity_graph": ("closed_by", "concat_ws('|', t.user_id, t.subject, t.relation, t.object)")}
+EMBEDDED = ("memory_facts", "memory_chunks", "knowledge_entries", "memory_turns")
+
+
+def memory_differences(url_a: str, url_b: str) -> list[str]:
+    """Where two builds of memory differ in content or lineage (ids, run ids, write times
+    aside; a reference to another row compared by what that row holds; vectors within float
+    rounding: the same text embedded in another batch differs in the last digits). The
+    shard layout is configuration, not memory."""
+    skip = AUDIT_COLUMNS | {"embedding", *(column for column, _ in ID_REFERENCES.values())}
+    tables = (*NOT_MEMORY, "llm_calls", "shard_layout")
+    a, b = (table_fingerprints(url, skip_columns=skip, skip_tables=tables) for url in (url_a, url_b))
+    found = [f"{t}: {a.get(t)} != {b.get(t)}" for t in sorted(set(a) | set(b)) if a.get(t) != b.get(t)]
+    refs_a, refs_b = _references(url_a), _references(url_b)
+    found += [f"{t}.{ID_REFERENCES[t][0]} differs" for t in ID_REFERENCES if refs_a[t] != refs_b[t]]
+    vectors_a, vectors_b = _vectors(url_a), _vectors(url_b)
+    for table in EMBEDDED:
+        left, right = vectors_a[table], vectors_b[table]
+        if left.keys() != right.keys() or any(not np.allclose(left[k], right[k], atol=1e-5) for k in left):
+            found.append(f"{table}.embedding differs")
+    return found
+
+
+def _references(url: str) -> dict[str, list[tuple[str, str]]]:
+    with psycopg.connect(url) as conn:
+        return {table: sorted(conn.execute(sql.SQL(
+            "SELECT {label}, {target_label} FROM {table} t JOIN {table} target ON target.id = t.{column}").format(
+                label=sql.SQL(label), target_label=sql.SQL(label.replace("t.", "target.")),
+                table=sql.Identifier(table), column=sql.Identifier(column))).fetchall())
+            for table, (column, label) in ID_REFERENCES.items()}
+
+
+def _vectors(url: str) -> dict[str, dict[str, np.ndarray]]:
+    """Each embedded table's vectors by an md5 of the rest of their row's content."""
+    out = {}
+    with psycopg.connect(url) as conn:
+        register_vector(conn)
+        for table in EMBEDDED:
+            columns = [r[0] for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' "
+                "AND table_name = %s ORDER BY ordinal_position", (table,))
+                if r[0] not in AUDIT_COLUMNS | {"embedding", "merged_into"}]
+            content = sql.SQL("md5(concat_ws('|', {}))").format(
+                sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns))
+            out[table] = {key: vector.to_numpy() for key, vector in conn.execute(sql.SQL(
+                "SELECT {}, embedding FROM {} WHERE embedding IS NOT NULL").format(content, sql.Identifier(table)))}
+    return out

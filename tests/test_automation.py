@@ -44,7 +44,7 @@ def test_schedule_requests_the_partition_of_its_tick():
     from assets.definitions import defs, distill_schedule
 
     context = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 10, 5, 12, 15, tzinfo=UTC))
-    request = distill_schedule(context)
+    [request] = distill_schedule(context)  # unsharded: one run
     assert request.partition_key == "2026-10-05" and request.run_key == "2026-10-05@2026-10-05T12:15:00+00:00"
     assert distill_schedule.cron_schedule == "*/15 * * * *"
     assert defs.resolve_job_def("distill") is not None

@@ -25,6 +25,7 @@ from memory_pipelines.records import (
     ForkPoint, Message, QuarantinedRecord, StoredMessage, Summary, TimeWindow, TurnRow, shallow_fields,
 )
 from memory_pipelines.segments import SessionJudgement
+from memory_pipelines.shards import ALL_USERS, Shard, ShardLayoutMismatch
 from memory_pipelines.summaries import StoredVersion, SummaryState, SummaryVersion
 from memory_pipelines.tree import EntityItem, Span, TreeNode
 
@@ -176,9 +177,12 @@ def _grouped(rows: Iterable[Sequence]) -> dict:
     return grouped
 
 
-def messages_in_window(conn: psycopg.Connection, window: TimeWindow) -> dict[str, list[Message]]:
-    """Each non-temp session's messages sent in the window, by seq (sessions in order)."""
-    return _by_session(_message_rows(conn, "messages_in_window", {"start": window.start, "end": window.end}))
+def messages_in_window(conn: psycopg.Connection, window: TimeWindow,
+                       shard: Shard = ALL_USERS) -> dict[str, list[Message]]:
+    """Each non-temp session of the shard's users: its messages sent in the window, by seq
+    (sessions in order)."""
+    return _by_session(_message_rows(conn, "messages_in_window",
+                                     {"start": window.start, "end": window.end, **shard.params}))
 
 
 def _cursor_params(cursors: Mapping[str, int | None]) -> dict:
@@ -204,15 +208,19 @@ def last_messages(conn: psycopg.Connection, session_id: str, limit: int) -> list
     return _message_rows(conn, "last_messages", {"session_id": session_id, "limit": limit})
 
 
-def active_days(conn: psycopg.Connection, window: TimeWindow, reach: timedelta = timedelta(0)) -> frozenset[str]:
-    """Partition keys of the days in `window` with a message, or on which one sent at most
-    `reach` before the day began goes stale."""
-    return frozenset(r[0] for r in conn.execute(query("active_days"),
-                                                {"start": window.start, "end": window.end, "reach": reach}))
+def active_days(conn: psycopg.Connection, window: TimeWindow, reach: timedelta = timedelta(0),
+                shard: Shard = ALL_USERS) -> frozenset[str]:
+    """Partition keys of the days in `window` with a message of the shard's users, or on
+    which one sent at most `reach` before the day began goes stale."""
+    return frozenset(r[0] for r in conn.execute(query("active_days"), {
+        "start": window.start, "end": window.end, "reach": reach, **shard.params}))
 
 
-def sessions_in_window(conn: psycopg.Connection, window: TimeWindow) -> list[tuple[str, str]]:
-    return conn.execute(query("sessions_in_window"), {"start": window.start, "end": window.end}).fetchall()
+def sessions_in_window(conn: psycopg.Connection, window: TimeWindow,
+                       shard: Shard = ALL_USERS) -> list[tuple[str, str]]:
+    """(session, user) of the shard's non-temp sessions with a message in the window."""
+    return conn.execute(query("sessions_in_window"),
+                        {"start": window.start, "end": window.end, **shard.params}).fetchall()
 
 
 def lock_sessions(conn: psycopg.Connection, session_ids: Sequence[str]) -> None:
@@ -319,10 +327,12 @@ class DistilledChunk:
 
 
 def distilled_chunks(conn: psycopg.Connection, session_ids: Sequence[str] | None, *, through: str | None = None,
-                     day: str | None = None) -> dict[str, list[DistilledChunk]]:
+                     day: str | None = None, shard: Shard = ALL_USERS) -> dict[str, list[DistilledChunk]]:
     """Chunk versions with their items, by session and version: of `session_ids` built for
-    days up to `through`, or of every session but forks built for `day` (session_ids None)."""
-    params = {"session_ids": None if session_ids is None else list(session_ids), "through": through, "day": day}
+    days up to `through`, or of every session but forks built for `day` (session_ids None),
+    of the shard's users."""
+    params = {"session_ids": None if session_ids is None else list(session_ids), "through": through, "day": day,
+              **shard.params}
     with conn.cursor(row_factory=class_row(DistilledChunk)) as cur:
         return _grouped((c.session_id, c) for c in cur.execute(query("distilled_chunks"), params))
 
@@ -412,9 +422,11 @@ class StoredFact:
     prompt_version: str
 
 
-def sessions_due_for_extraction(conn: psycopg.Connection, end: datetime, stale_before: datetime) -> list[DueSession]:
+def sessions_due_for_extraction(conn: psycopg.Connection, end: datetime, stale_before: datetime,
+                                shard: Shard = ALL_USERS) -> list[DueSession]:
     with conn.cursor(row_factory=class_row(DueSession)) as cur:
-        return cur.execute(query("sessions_due_for_extraction"), {"end": end, "stale_before": stale_before}).fetchall()
+        return cur.execute(query("sessions_due_for_extraction"),
+                           {"end": end, "stale_before": stale_before, **shard.params}).fetchall()
 
 
 def sessions_messages(conn: psycopg.Connection, session_ids: Sequence[str],
@@ -517,8 +529,8 @@ def facts_for_user(conn: psycopg.Connection, user_id: str, include_merged: bool 
         return cur.execute(query("visible_facts"), {"user_id": user_id, "include_merged": include_merged}).fetchall()
 
 
-def users_with_outdated_memory_summary(conn: psycopg.Connection) -> list[str]:
-    return [r[0] for r in conn.execute(query("users_with_outdated_memory_summary"))]
+def users_with_outdated_memory_summary(conn: psycopg.Connection, shard: Shard = ALL_USERS) -> list[str]:
+    return [r[0] for r in conn.execute(query("users_with_outdated_memory_summary"), shard.params)]
 
 
 def memory_summary_hashes(conn: psycopg.Connection, user_ids: Sequence[str]) -> dict[str, str]:
@@ -873,3 +885,20 @@ def save_transcript_objects(conn: psycopg.Connection, location: str, rows: Seque
 
 def delete_transcript_objects(conn: psycopg.Connection, location: str, names: Sequence[str]) -> None:
     conn.execute(query("delete_transcript_objects"), {"location": location, "names": list(names)})
+
+
+# --- shards ------------------------------------------------------------------------------
+
+def check_shard_layout(conn: psycopg.Connection, shards: int) -> None:
+    """Record the shard count of the first run; refuse a run with another one."""
+    with conn.transaction():
+        conn.execute(query("record_shard_layout"), {"shards": shards})
+        stored = conn.execute(query("shard_layout")).fetchone()[0]
+    if stored != shards:
+        raise ShardLayoutMismatch(stored, shards)
+
+
+def change_shard_layout(conn: psycopg.Connection, shards: int) -> int | None:
+    """Make `shards` the database's shard count; returns the count before (None: none yet)."""
+    with conn.transaction():
+        return conn.execute(query("change_shard_layout"), {"shards": shards}).fetchone()[0]

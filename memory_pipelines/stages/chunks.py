@@ -41,7 +41,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
         with pool.connection() as conn, conn.transaction():
             # sessions active in the day, or gone stale early in it
             session_ids = list(dict.fromkeys(s for s, _ in repository.sessions_in_window(
-                conn, TimeWindow(day.start - settings.stale_after, day.end))))
+                conn, TimeWindow(day.start - settings.stale_after, day.end), window.shard)))
             repository.lock_sessions(conn, session_ids)
             states = repository.chunk_window_states(conn, session_ids, day.end, settings.window)
             pending = repository.chunk_pending_messages(conn, states, day.end)

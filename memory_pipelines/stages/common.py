@@ -25,6 +25,7 @@ from memory_pipelines.db import repository
 from memory_pipelines.embed import Embedder
 from memory_pipelines.llm.backends import ModelBackend, ModelCall
 from memory_pipelines.records import Message, TimeWindow
+from memory_pipelines.shards import ALL_USERS, Shard
 
 ONE_DAY = timedelta(days=1)
 
@@ -55,11 +56,12 @@ def progress_bars(bars: ProgressBars) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Window:
-    """The consecutive days one run covers, in order, and the run's id (every row a stage
-    writes names it)."""
+    """The consecutive days one run covers, in order, the run's id (every row a stage writes
+    names it) and the users it works for: one shard's (every user's, unsharded)."""
 
     partition_keys: tuple[str, ...]
     run_id: str
+    shard: Shard = ALL_USERS
 
     def __post_init__(self) -> None:
         if not self.partition_keys:
@@ -97,7 +99,7 @@ class Window:
         day began goes stale: a day outside them has no work for a stage whose work is the
         day's messages (and sessions gone stale in it)."""
         with pool.connection() as conn:
-            return repository.active_days(conn, self.span, reach)
+            return repository.active_days(conn, self.span, reach, self.shard)
 
 
 @dataclass(frozen=True)

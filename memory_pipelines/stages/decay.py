@@ -34,12 +34,12 @@ def run(pool: ConnectionPool, window: Window, settings: DecaySettings,
     active = window.active_days(pool) | {window.first}
     with pool.connection() as conn:
         for key, day in window.days(ASSET, only=active):  # each day as of its own newest message, in order
-            as_of = decay_as_of(conn, day.end)
+            as_of = decay_as_of(conn, day.end, window.shard)
             if as_of is None or as_of == judged_as_of:
                 continue  # nothing ingested yet, or no message since the day judged before
             judged_as_of = as_of
             with conn.transaction():
-                judged = decay(conn, as_of, key, window.run_id, settings)
+                judged = decay(conn, as_of, key, window.run_id, settings, window.shard)
             counts.as_of = judged.as_of.isoformat()
             counts.archived += sum(judged.archived.values())
             counts.archived_by_reason.update(judged.archived)

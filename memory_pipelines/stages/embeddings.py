@@ -69,7 +69,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
         backends: Backends) -> StageReport[EmbeddingCounts]:
     """Embed what is missing or stale, page by page (each page its own transaction, so an
     interrupted run keeps what it finished); safe to run again. Not bound to the window's
-    days: what any run left unembedded is embedded now. A page is written while the next is
+    days: what any run left unembedded (of the window's shard) is embedded now. A page is written while the next is
     read and embedded (the writer waits on the server, the embedder works in Python)."""
     embedder = backends.embedder
     counts = EmbeddingCounts(model=embedder.model_id)
@@ -81,7 +81,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
             while True:
                 with pool.connection() as conn:
                     rows = conn.execute(query(listing), {"model": embedder.model_id, "after": after,
-                                                         "limit": settings.page_rows}).fetchall()
+                                                         "limit": settings.page_rows, **window.shard.params}).fetchall()
                 if not rows:
                     break
                 vectors = embedder.embed([text for _, text, _ in rows])

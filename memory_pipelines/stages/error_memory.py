@@ -28,7 +28,7 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
         with pool.connection() as conn, conn.transaction():
             rows = []
             session_ids = [r[0] for r in conn.execute(query("window_tool_sessions"),
-                                                      {"start": day.start, "end": day.end})]
+                                                      {"start": day.start, "end": day.end, **window.shard.params})]
             for session_id, messages in repository.sessions_messages(conn, session_ids, day.end).items():
                 for fix in resolved_errors(messages):
                     rows.append({**shallow_fields(fix), "user_id": messages[0].user_id, "session_id": session_id,

@@ -158,14 +158,15 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
         if key not in active and not retry:
             continue
         with pool.connection() as conn:
-            due = repository.sessions_due_for_extraction(conn, day.end, day.end - settings.stale_after)
+            due = repository.sessions_due_for_extraction(conn, day.end, day.end - settings.stale_after,
+                                                           window.shard)
         extracted = _report()
         for batch in session_batches(due):
             extracted.merge(_extract_batch(pool, batch, key, day.end, ctx))
         report.merge(extracted)
         retry = bool(extracted.failures)
     with pool.connection() as conn:
-        outdated = repository.users_with_outdated_memory_summary(conn)
+        outdated = repository.users_with_outdated_memory_summary(conn, window.shard)
     report.merge(refresh_memory_summaries(pool, sorted(report.users | set(outdated)), backends.writer, ctx,
                                           window.last, settings.concurrency))
     report.counts.users_touched = len(report.users)

@@ -106,7 +106,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     report = StageReport(KnowledgeCounts())
     for key, _ in window.days(ASSET, only=window.active_days(pool)):
         with pool.connection() as conn:
-            by_session = repository.distilled_chunks(conn, None, day=key)
+            by_session = repository.distilled_chunks(conn, None, day=key, shard=window.shard)
         for batch in session_batches(sorted(by_session.items())):
             report.merge(_forge_batch(pool, batch, key, ctx, settings))
     return report

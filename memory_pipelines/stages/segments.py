@@ -107,7 +107,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     for key, day in window.days(ASSET, only=window.active_days(pool)):
         pending: list[list[Segment]] = []
         with pool.connection() as conn:
-            by_session = repository.messages_in_window(conn, day)
+            by_session = repository.messages_in_window(conn, day, window.shard)
             current = repository.current_judgements(conn, [(session_id, key) for session_id in by_session])
             for session_id, messages in sorted(by_session.items()):
                 segments = cut_segments(messages)

@@ -29,7 +29,7 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
         with pool.connection() as conn, conn.transaction():
             rows = []
             for session_id, seq, user_id, ts, args in conn.execute(
-                    query("scratchpad_writes"), {"start": day.start, "end": day.end}).fetchall():
+                    query("scratchpad_writes"), {"start": day.start, "end": day.end, **window.shard.params}).fetchall():
                 args = args or {}
                 if args.get("action", "set") not in WRITE_ACTIONS or not args.get("key"):
                     report.counts.scratchpad_reads_skipped += 1

@@ -59,7 +59,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     (their state read in one query per kind), `concurrency` batches at once."""
     ctx = CallContext(window.run_id, ASSET)
     with pool.connection() as conn:
-        sessions = repository.sessions_in_window(conn, window.span)
+        sessions = repository.sessions_in_window(conn, window.span, window.shard)
         forks = repository.fork_points(conn, [s for s, _ in sessions])
     report = StageReport(SummaryCounts(), calls_models=True)
     # a fork starts from its parent's state at the fork point: parents fold first

@@ -2,7 +2,7 @@
 source `MEMORY_TRANSCRIPTS` names (memory_pipelines.sources), validated by DuckDB and
 archived in `messages` with `sessions` kept in step, one day at a time; refused records go to
 `quarantine` with their reason. read = stored + duplicate + quarantined + forgotten +
-superseded."""
+superseded; a shard's run reads every record and ingests its users' (`other_shards`: the rest)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from psycopg_pool import ConnectionPool
 
 from memory_pipelines.config import mask_url
 from memory_pipelines.db import repository
-from memory_pipelines.ingest import plan_ingest
+from memory_pipelines.ingest import plan_ingest, scan_of_shard
 from memory_pipelines.records import QuarantineReason
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
 from memory_pipelines.sources import SourceSettings, open_source
@@ -46,6 +46,7 @@ class TranscriptCounts(Counts):
     quarantined: int = 0
     forgotten: int = 0
     superseded: int = 0  # re-sent turns a replace merge set aside
+    other_shards: int = 0  # records of other shards' users, left to their runs (not in `read`)
     forks_declared: int = 0
     quarantined_by_reason: Counter = field(default_factory=Counter)
     sessions_touched: int = 0
@@ -78,7 +79,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
                                if r.reason == QuarantineReason.UNREADABLE_FILE}
                 with conn.transaction():
                     repository.lock_transcript_writes(conn)
-                    written |= _ingest(conn, scan, window.label, window.run_id, counts, report)
+                    mine, elsewhere = scan_of_shard(scan, window.shard)
+                    counts.other_shards += elsewhere
+                    written |= _ingest(conn, mine, window.label, window.run_id, counts, report)
         counts.table_rows = repository.row_counts(conn, repository.ARCHIVE_TABLES)
     counts.sessions_touched = len(written)
     counts.files_unreadable = len(unreadable)

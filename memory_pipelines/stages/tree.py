@@ -54,7 +54,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
     report = StageReport(TreeCounts(), calls_models=writer is not None)
     counts = report.counts
     with pool.connection() as conn:
-        sessions = [r[0] for r in conn.execute(query("sessions_to_grow"), {"first": window.first, "last": window.last})]
+        sessions = [r[0] for r in conn.execute(query("sessions_to_grow"), {
+            "first": window.first, "last": window.last, **window.shard.params})]
     for batch in session_batches(sessions):
         with pool.connection() as conn, conn.transaction():
             repository.lock_sessions(conn, batch)

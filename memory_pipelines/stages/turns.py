@@ -33,7 +33,8 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
     counts = report.counts
     with pool.connection() as conn:
         sessions = [r[0] for r in conn.execute(query("sessions_to_index"), {
-            "start": window.span.start, "end": window.span.end, "first": window.first, "last": window.last})]
+            "start": window.span.start, "end": window.span.end, "first": window.first, "last": window.last,
+            **window.shard.params})]
     for batch in session_batches(sessions):
         with pool.connection() as conn, conn.transaction():
             repository.lock_sessions(conn, batch)

@@ -8,7 +8,7 @@
 SELECT m.session_id, m.seq, m.user_id, m.role, m.source_file, m.source_line, m.ingested_run_id, m.content_hash,
        (m.ingested_run_id IS DISTINCT FROM %(run_id)s OR (m.ts >= %(start)s AND m.ts < %(end)s)) AS in_window
 FROM messages m
-WHERE (m.ts >= %(start)s AND m.ts < %(end)s) OR m.session_id = ANY(%(session_ids)s);
+WHERE (m.ts >= %(start)s AND m.ts < %(end)s AND memory_shard(m.user_id, %(shards)s) = %(shard)s) OR m.session_id = ANY(%(session_ids)s);
 
 -- name: session_check_rows
 -- Each session with messages in the window or written by this run, against all its messages.
@@ -19,7 +19,8 @@ SELECT a.session_id,
 FROM (SELECT session_id, count(DISTINCT user_id) AS users, min(user_id) AS user_id, count(*) AS messages,
              min(ts) AS first_ts, max(ts) AS last_ts
       FROM messages
-      WHERE session_id IN (SELECT session_id FROM messages WHERE ts >= %(start)s AND ts < %(end)s)
+      WHERE session_id IN (SELECT session_id FROM messages
+                           WHERE ts >= %(start)s AND ts < %(end)s AND memory_shard(user_id, %(shards)s) = %(shard)s)
          OR session_id = ANY(%(session_ids)s)
       GROUP BY session_id) a
 LEFT JOIN sessions s USING (session_id);
@@ -41,7 +42,7 @@ SELECT c.segment_id, c.confidence,
         AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = c.session_id
                         AND m.seq BETWEEN c.start_seq AND c.end_seq AND m.user_id <> c.user_id)) AS single_user
 FROM conversation_segments c
-WHERE c.partition_key = ANY(%(partition_keys)s);
+WHERE c.partition_key = ANY(%(partition_keys)s) AND memory_shard(c.user_id, %(shards)s) = %(shard)s;
 
 -- name: summary_check_rows
 -- The current summary of every session with messages in the window.
@@ -52,7 +53,8 @@ SELECT s.session_id, s.summary::text AS summary, s.version, s.cursor_seq, s.curs
        s.version IS NOT DISTINCT FROM (SELECT max(v.version) FROM session_summary_versions v
                                        WHERE v.session_id = s.session_id) AS latest_version
 FROM session_summaries s
-WHERE s.session_id IN (SELECT session_id FROM messages WHERE ts >= %(start)s AND ts < %(end)s);
+WHERE s.session_id IN (SELECT session_id FROM messages WHERE ts >= %(start)s AND ts < %(end)s)
+  AND memory_shard(s.user_id, %(shards)s) = %(shard)s;
 
 -- name: summary_version_check_rows
 -- Versions built for the partition's days, and those this run rebuilt on later days.
@@ -63,7 +65,7 @@ SELECT v.session_id, v.version, v.summary::text AS summary,
                 false) AS cursor_in_session,
        EXISTS (SELECT 1 FROM sessions o WHERE o.session_id = v.session_id AND o.user_id = v.user_id) AS session_user
 FROM session_summary_versions v
-WHERE v.partition_key = ANY(%(partition_keys)s) OR v.run_id = %(run_id)s;
+WHERE (v.partition_key = ANY(%(partition_keys)s) OR v.run_id = %(run_id)s) AND memory_shard(v.user_id, %(shards)s) = %(shard)s;
 
 -- name: fact_check_rows
 -- The facts of the users a run wrote.
@@ -100,7 +102,7 @@ SELECT k.id, k.scope, k.source, k.source_seq,
        EXISTS (SELECT 1 FROM messages m WHERE m.session_id = k.session_id AND m.seq = k.source_seq
                                           AND m.user_id = k.user_id) AS written_by_user
 FROM sketches k
-WHERE k.partition_key = ANY(%(partition_keys)s);
+WHERE k.partition_key = ANY(%(partition_keys)s) AND memory_shard(k.user_id, %(shards)s) = %(shard)s;
 
 -- name: entry_check_rows
 SELECT e.id, e.kind, e.scope, e.consent_basis, e.confidence, e.importance, e.session_id, e.run_id, e.model,
@@ -115,7 +117,7 @@ SELECT e.id, e.kind, e.scope, e.consent_basis, e.confidence, e.importance, e.ses
                     WHEN 'global' THEN e.scope_id IS NULL
                     ELSE e.scope_id IS NOT NULL END AS scope_id_matches
 FROM knowledge_entries e
-WHERE e.partition_key = ANY(%(partition_keys)s) OR e.run_id = %(run_id)s;
+WHERE (e.partition_key = ANY(%(partition_keys)s) OR e.run_id = %(run_id)s) AND memory_shard(e.user_id, %(shards)s) = %(shard)s;
 
 -- name: graph_check_rows
 -- The partition's triples and the older triples they closed.
@@ -128,8 +130,9 @@ SELECT g.id, g.confidence, g.session_id, g.run_id, g.model, g.prompt_version,
             WHERE n.id = g.closed_by AND n.user_id = g.user_id AND lower(n.subject) = lower(g.subject)
               AND n.relation = g.relation AND n.valid_from = g.valid_until))) AS closed_by_same_user
 FROM entity_graph g
-WHERE g.partition_key = ANY(%(partition_keys)s)
-   OR g.closed_by IN (SELECT id FROM entity_graph WHERE partition_key = ANY(%(partition_keys)s));
+WHERE (g.partition_key = ANY(%(partition_keys)s)
+       OR g.closed_by IN (SELECT id FROM entity_graph WHERE partition_key = ANY(%(partition_keys)s)))
+  AND memory_shard(g.user_id, %(shards)s) = %(shard)s;
 
 -- name: error_check_rows
 SELECT e.id, e.tool, e.error, e.fix,
@@ -138,7 +141,7 @@ SELECT e.id, e.tool, e.error, e.fix,
        e.expires_at > e.observed_at AS expires_after_seen,
        EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = e.session_id AND s.user_id = e.user_id) AS session_user
 FROM error_memory e
-WHERE e.partition_key = ANY(%(partition_keys)s) OR e.run_id = %(run_id)s;
+WHERE (e.partition_key = ANY(%(partition_keys)s) OR e.run_id = %(run_id)s) AND memory_shard(e.user_id, %(shards)s) = %(shard)s;
 
 -- name: embedding_check_rows
 -- The rows search serves from the partition and every row this run embedded (the id lists
@@ -148,18 +151,19 @@ SELECT r.source_table, r.id, r.embedding_model, r.dimension, %(model)s::text AS 
 FROM (SELECT 'memory_facts' AS source_table, id, embedding_model, vector_dims(embedding) AS dimension
       FROM memory_facts
       WHERE merged_into IS NULL AND (partition_key = ANY(%(partition_keys)s) OR id = ANY(%(memory_facts)s))
+        AND memory_shard(user_id, %(shards)s) = %(shard)s
       UNION ALL
       SELECT 'memory_chunks', id, embedding_model, vector_dims(embedding)
       FROM memory_chunks
-      WHERE partition_key = ANY(%(partition_keys)s) OR id = ANY(%(memory_chunks)s)
+      WHERE (partition_key = ANY(%(partition_keys)s) OR id = ANY(%(memory_chunks)s)) AND memory_shard(user_id, %(shards)s) = %(shard)s
       UNION ALL
       SELECT 'knowledge_entries', id, embedding_model, vector_dims(embedding)
       FROM knowledge_entries
-      WHERE partition_key = ANY(%(partition_keys)s) OR id = ANY(%(knowledge_entries)s)
+      WHERE (partition_key = ANY(%(partition_keys)s) OR id = ANY(%(knowledge_entries)s)) AND memory_shard(user_id, %(shards)s) = %(shard)s
       UNION ALL
       SELECT 'memory_turns', id, embedding_model, vector_dims(embedding)
       FROM memory_turns
-      WHERE partition_key = ANY(%(partition_keys)s) OR id = ANY(%(memory_turns)s)) r;
+      WHERE (partition_key = ANY(%(partition_keys)s) OR id = ANY(%(memory_turns)s)) AND memory_shard(user_id, %(shards)s) = %(shard)s) r;
 
 -- name: turn_check_rows
 -- The turns of the sessions a run indexed, next to the messages they stand for.
@@ -182,7 +186,7 @@ SELECT a.source_table, a.source_id, a.reason,
            WHEN 'error_memory' THEN EXISTS (SELECT 1 FROM error_memory t WHERE t.id = a.source_id)
            ELSE false END AS out_of_source
 FROM memory_archive a
-WHERE a.partition_key = ANY(%(partition_keys)s);
+WHERE a.partition_key = ANY(%(partition_keys)s) AND memory_shard(a.user_id, %(shards)s) = %(shard)s;
 
 -- name: tree_check_rows
 -- The trees of the users a run grew: each node under a parent one level up (or a top

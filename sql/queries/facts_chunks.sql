@@ -5,7 +5,7 @@
 WITH activity AS (
     SELECT session_id, min(user_id) AS user_id, max(ts) AS last_ts, max(seq) AS last_seq
     FROM messages
-    WHERE ts < %(end)s AND session_id NOT LIKE 'temp-%%'
+    WHERE ts < %(end)s AND session_id NOT LIKE 'temp-%%' AND memory_shard(user_id, %(shards)s) = %(shard)s
       AND NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = messages.session_id)
     GROUP BY session_id
 )
@@ -111,7 +111,7 @@ ORDER BY category, key;
 -- Users whose visible facts changed after their memory_summary was written (or who have
 -- none): what an earlier failed or budget-stopped rewrite left behind.
 SELECT f.user_id FROM memory_facts f LEFT JOIN memory_summary s USING (user_id)
-WHERE f.merged_into IS NULL
+WHERE f.merged_into IS NULL AND memory_shard(f.user_id, %(shards)s) = %(shard)s
 GROUP BY f.user_id, s.updated_at
 HAVING s.updated_at IS NULL OR max(f.updated_at) > s.updated_at
 ORDER BY 1;

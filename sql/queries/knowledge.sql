@@ -122,6 +122,7 @@ WHERE EXCLUDED.observed_at > e.observed_at;
 -- (forks left out: what the user's memory learns from them comes with a merge)
 SELECT DISTINCT session_id FROM messages
 WHERE ts >= %(start)s AND ts < %(end)s AND role = 'tool' AND (metadata ->> 'is_error')::boolean
+  AND memory_shard(user_id, %(shards)s) = %(shard)s
   AND NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = messages.session_id);
 
 -- name: graph_relations

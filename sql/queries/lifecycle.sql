@@ -1,11 +1,12 @@
 -- name: newest_message_before
 -- Decay's "as of": the newest conversation time the pipeline has seen before a window's end.
-SELECT max(ts) FROM messages WHERE ts < %(before)s;
+SELECT max(ts) FROM messages WHERE ts < %(before)s AND memory_shard(user_id, %(shards)s) = %(shard)s;
 
 -- name: decay_knowledge_candidates
 SELECT 'knowledge_entries' AS source_table, id, entry_key AS key, user_id, title || ' ' || content AS text, importance,
        updated_at AS seen_at, access_count, last_accessed_at, valid_until, has_pii
 FROM knowledge_entries WHERE updated_at <= %(as_of)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
+  AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY id;
 
 -- name: decay_fact_candidates
@@ -14,7 +15,7 @@ SELECT 'memory_facts' AS source_table, id, key, user_id, category || ' ' || key 
        (confidence / 100.0)::float8 AS importance, last_verified_at AS seen_at, access_count, last_accessed_at,
        expires_at AS valid_until, false AS has_pii
 FROM memory_facts WHERE merged_into IS NULL AND last_verified_at <= %(as_of)s
-                   AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
+                   AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s) AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY id;
 
 -- name: graph_statements
@@ -27,7 +28,7 @@ ORDER BY g.id;
 
 -- name: expired_errors
 SELECT id, tool AS key, user_id, session_id FROM error_memory
-WHERE observed_at <= %(as_of)s AND expires_at <= %(as_of)s;
+WHERE observed_at <= %(as_of)s AND expires_at <= %(as_of)s AND memory_shard(user_id, %(shards)s) = %(shard)s;
 
 -- name: archive_rows
 INSERT INTO memory_archive (source_table, source_id, source_key, user_id, session_id, reason, score, as_of,

@@ -38,3 +38,15 @@ CREATE DATABASE {name};
 SELECT c.relname, pg_total_relation_size(c.oid)
 FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace
 ORDER BY 1;
+
+-- name: record_shard_layout
+-- The shard count of the first run is kept (a later one is compared with it).
+INSERT INTO shard_layout (shards) VALUES (%(shards)s) ON CONFLICT (singleton) DO NOTHING;
+
+-- name: shard_layout
+SELECT shards FROM shard_layout;
+
+-- name: change_shard_layout
+INSERT INTO shard_layout (shards) VALUES (%(shards)s)
+ON CONFLICT (singleton) DO UPDATE SET previous = shard_layout.shards, shards = EXCLUDED.shards, updated_at = now()
+RETURNING previous;

@@ -4,18 +4,19 @@
 SELECT id, '[' || category || '] ' || replace(key, '_', ' ') || ': ' || value, embedding IS NOT NULL
 FROM memory_facts
 WHERE merged_into IS NULL AND (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
+  AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY id LIMIT %(limit)s;
 
 -- name: chunks_needing_embedding
 SELECT id, left(content, 2000) || E'\n' || array_to_string(breadcrumbs, ', '), embedding IS NOT NULL
 FROM memory_chunks
-WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
+WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY id LIMIT %(limit)s;
 
 -- name: entries_needing_embedding
 SELECT id, '[' || kind || '] ' || title || E'\n' || content || E'\n' || array_to_string(tags, ', '), embedding IS NOT NULL
 FROM knowledge_entries
-WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s
+WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id > %(after)s AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY id LIMIT %(limit)s;
 
 -- name: turns_needing_embedding
@@ -26,6 +27,7 @@ FROM memory_turns t
 LEFT JOIN memory_turns p ON p.user_id = t.user_id AND p.session_id = t.session_id AND p.pos = t.pos - 1
 LEFT JOIN memory_turns n ON n.user_id = t.user_id AND n.session_id = t.session_id AND n.pos = t.pos + 1
 WHERE (t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s) AND t.id > %(after)s
+  AND memory_shard(t.user_id, %(shards)s) = %(shard)s
 ORDER BY t.id LIMIT %(limit)s;
 
 -- name: create_embedding_load
@@ -163,6 +165,7 @@ WHERE EXCLUDED.updated_at > s.updated_at
 -- (forks left out: what the user's memory learns from them comes with a merge)
 SELECT session_id, seq, user_id, ts, tool_args FROM messages
 WHERE ts >= %(start)s AND ts < %(end)s AND role = 'assistant' AND tool_name = 'scratchpad'
+  AND memory_shard(user_id, %(shards)s) = %(shard)s
   AND NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = messages.session_id)
 ORDER BY session_id, seq;
 

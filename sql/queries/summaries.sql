@@ -14,7 +14,7 @@ SELECT coalesce(sum(input_tokens + output_tokens), 0)::bigint FROM llm_calls WHE
 SELECT session_id, seq, user_id, role, content, ts, content_hash, source_file, source_line,
        agent_id, tool_name, tool_args, tool_call_id, metadata
 FROM messages
-WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'
+WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%' AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY session_id, seq;
 
 -- name: sessions_messages_after
@@ -33,7 +33,7 @@ ORDER BY m.session_id, m.seq;
 WITH spans AS (
     SELECT DISTINCT (ts AT TIME ZONE 'UTC')::date AS first_day, ((ts + %(reach)s) AT TIME ZONE 'UTC')::date AS last_day
     FROM messages
-    WHERE ts >= %(start)s::timestamptz - %(reach)s AND ts < %(end)s
+    WHERE ts >= %(start)s::timestamptz - %(reach)s AND ts < %(end)s AND memory_shard(user_id, %(shards)s) = %(shard)s
 )
 SELECT DISTINCT to_char(day, 'YYYY-MM-DD')
 FROM spans, generate_series(first_day, last_day, interval '1 day') AS day
@@ -41,7 +41,7 @@ WHERE day >= (%(start)s AT TIME ZONE 'UTC')::date AND day < (%(end)s AT TIME ZON
 
 -- name: sessions_in_window
 SELECT DISTINCT session_id, user_id FROM messages
-WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%'
+WHERE ts >= %(start)s AND ts < %(end)s AND session_id NOT LIKE 'temp-%%' AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY session_id;
 
 -- name: segment_fingerprints
@@ -202,7 +202,7 @@ FROM session_summary_versions v
 WHERE v.kind = 'chunk' AND v.memory_items IS NOT NULL
   AND (%(session_ids)s::text[] IS NULL OR v.session_id = ANY(%(session_ids)s))
   AND (%(through)s::text IS NULL OR v.partition_key <= %(through)s)
-  AND (%(day)s::text IS NULL OR v.partition_key = %(day)s)
+  AND (%(day)s::text IS NULL OR v.partition_key = %(day)s) AND memory_shard(v.user_id, %(shards)s) = %(shard)s
   AND (%(session_ids)s::text[] IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = v.session_id))
 ORDER BY v.session_id, v.version;

@@ -3,7 +3,8 @@
 -- name: sessions_to_grow
 -- The sessions whose trees to build again for the days first..last: those whose chunks
 -- those days' runs wrote (chunks are only ever removed by forget, which takes the trees).
-SELECT DISTINCT session_id FROM memory_chunks WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
+SELECT DISTINCT session_id FROM memory_chunks
+WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY 1;
 
 -- name: sessions_chunk_leaves

@@ -3,11 +3,12 @@
 -- name: sessions_to_index
 -- The sessions to index again for the days first..last ([start, end)): those with messages
 -- in them, and those whose chunks (breadcrumbs) or summary (keys) those days' runs wrote.
-SELECT session_id FROM messages WHERE ts >= %(start)s AND ts < %(end)s
+SELECT session_id FROM messages WHERE ts >= %(start)s AND ts < %(end)s AND memory_shard(user_id, %(shards)s) = %(shard)s
 UNION
-SELECT session_id FROM memory_chunks WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
+SELECT session_id FROM memory_chunks WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text AND memory_shard(user_id, %(shards)s) = %(shard)s
 UNION
-SELECT session_id FROM session_summary_versions WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
+SELECT session_id FROM session_summary_versions
+WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY 1;
 
 -- name: sessions_search_keys

@@ -17,6 +17,7 @@ from assets.transcripts import transcripts
 from memory_pipelines.quality_gates.catalogue import CHECKS, run_checks
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.embed import EmbedConfig, build_embedder
+from memory_pipelines.shards import ALL_USERS
 from memory_pipelines.stages.embeddings import EMBEDDED_TABLES
 from memory_pipelines.quality_gates.expectations import validate_frame
 from tests.conftest import TEMPLATE_DB, _admin
@@ -64,7 +65,8 @@ def range_scope(conn) -> dict:
     sessions, users = conn.execute("SELECT array_agg(session_id), array_agg(DISTINCT user_id) FROM sessions").fetchone()
     return {"partition_keys": DAYS, "start": start, "end": start + timedelta(days=len(DAYS)), "run_id": RUN_ID,
             "partition_label": f"{DAYS[0]}..{DAYS[-1]}", "session_ids": sessions, "user_ids": users,
-            "model": EMBEDDER.model_id, "dimension": EMBEDDER.dimension, **{table: [] for table in EMBEDDED_TABLES}}
+            "model": EMBEDDER.model_id, "dimension": EMBEDDER.dimension, **{table: [] for table in EMBEDDED_TABLES},
+            **ALL_USERS.params}
 
 
 def evaluate(conn, asset: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from assets.search_assets import memory_embeddings
 from memory_pipelines import bench
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.db.queries import query
+from memory_pipelines.shards import ALL_USERS
 from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.search import (
     AccessDenied, MemorySearch, UnifiedMemorySearch, format_hits, recall, write_sketch,
@@ -262,7 +263,7 @@ def test_every_stored_embedding_describes_the_rows_current_text(conn):
         # the same text the embedder was given, for every embedded row of this model
         rows = conn.execute(query(name).replace("(embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s)",
                                                 "embedding_model = %(model)s"),
-                            {"model": EMBEDDER.model_id, "after": 0, "limit": 100_000}).fetchall()
+                            {"model": EMBEDDER.model_id, "after": 0, "limit": 100_000, **ALL_USERS.params}).fetchall()
         stored = dict(conn.execute(f"SELECT id, embedding FROM {table} WHERE embedding_model = %s",
                                    (EMBEDDER.model_id,)).fetchall())
         for (row_id, text, _), vector in zip(rows, EMBEDDER.embed([t for _, t, _ in rows])):
