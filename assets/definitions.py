@@ -9,6 +9,7 @@ from assets.memory import memory_chunks, memory_facts
 from assets.resources import resources_from_env
 from assets.search_assets import memory_embeddings, memory_tree, memory_turns, sketches
 from assets.transcripts import transcripts
+from memory_pipelines.config import setting
 
 all_assets = [
     transcripts, conversation_segments, session_summaries, memory_facts, memory_chunks, sketches, knowledge_entries,
@@ -23,14 +24,32 @@ distill_job = dg.define_asset_job(
 
 distill_schedule, transcript_files_sensor = build_automation(distill_job)
 
+
+def run_executor() -> dg.ExecutorDefinition:
+    """Where a run's steps execute (MEMORY_EXECUTOR). In its own process by default: a
+    stage's step takes well under the seconds a fresh step process needs to import Dagster
+    and great-expectations, and the graph is mostly a chain. `multiprocess` runs a step per
+    process on this host; `dask` sends each step to a worker of the dask.distributed
+    scheduler at MEMORY_DASK_SCHEDULER (each worker builds the resources from its own
+    environment: nothing holding a connection is pickled). docs/operations.md has more."""
+    kind = setting("MEMORY_EXECUTOR")
+    if kind == "dask":
+        from assets.dask_executor import dask_executor
+
+        return dask_executor.configured({"address": setting("MEMORY_DASK_SCHEDULER")}, name="dask")
+    return dg.multiprocess_executor if kind == "multiprocess" else dg.in_process_executor
+
 defs = dg.Definitions(
     assets=all_assets,
     jobs=[distill_job],
     schedules=[distill_schedule],
     sensors=[transcript_files_sensor],
     resources=resources_from_env(),
-    # Steps run one after another in the run's own process: a stage's step takes well under
-    # the seconds a fresh step process needs to import Dagster and great-expectations, and
-    # the graph is mostly a chain. docs/operations.md says how to fan steps out instead.
-    executor=dg.in_process_executor,
+    executor=run_executor(),
 )
+
+
+def location_distill_job() -> dg.JobDefinition:
+    """The code location's distill job, for a run whose steps other processes rebuild it in
+    (`dg.reconstructable` needs a module-level function)."""
+    return defs.resolve_job_def("distill")

@@ -34,6 +34,7 @@ INSTANCE_TEMPLATE = Path(__file__).with_name("dagster_instance.yaml")
 
 
 MANAGED_MARK = "# Managed by memory-pipelines"
+PARTITION_TAG = "dagster/partition"
 PLANNED_EVENTS_SWITCH = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
 EVENT_BATCH_SWITCH = "DAGSTER_EVENT_BATCH_SIZE"
 EVENT_BATCH_SIZE = 1000
@@ -125,6 +126,8 @@ class _ProgressHandler(logging.Handler):
 
 # a run logs through the progress logger alone (Dagster's console logger prints every event)
 PROGRESS_RUN_CONFIG = {"loggers": {"progress": {}}}
+# a run launched from the code location has its console logger only: warnings and errors
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def progress_logger(echo: Callable[[str], None]) -> dg.LoggerDefinition:
@@ -198,7 +201,7 @@ def shard_label(shard: int) -> str:
 
 
 def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.DagsterInstance,
-                  echo: Callable[[str], None], shard: int = 0) -> dg.ExecuteInProcessResult:
+                  echo: Callable[[str], None], shard: int = 0) -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
     """One run over the consecutive days `keys` (a UI backfill with the single-run policy
     runs the same way), run again with the step retry policy's limits and pauses when
     Dagster's storage lost its database, while creating the run or inside a step: retry
@@ -208,14 +211,12 @@ def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.Dagst
     # sharded, the keys are the shard's (DAY|SHARD) and the run carries the shard's tag
     first, last = partition_key(keys[0], shard), partition_key(keys[-1], shard)
     tags = {SHARD_TAG: str(shard)} if SHARDS > 1 else {}
-    target = {"partition_key": first, "tags": tags} if len(keys) == 1 else {"tags": {
-        **tags, "dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}}
+    tags |= {PARTITION_TAG: first} if len(keys) == 1 else {
+        "dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
     attempt = 0
     while True:
         try:
-            result = job.execute_in_process(
-                instance=instance, raise_on_error=False, run_config=PROGRESS_RUN_CONFIG, **target
-            )
+            result = _execute(job, instance, tags, echo)
             if result.success or not lost_storage(result) or attempt >= TRANSIENT_RETRIES.max_retries:
                 return result
         except sqlalchemy.exc.OperationalError:
@@ -226,6 +227,25 @@ def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.Dagst
         echo(f"    {range_label(keys)}: Dagster's storage lost its database connection; running them again "
              f"in {delay:.0f}s")
         time.sleep(delay)
+
+
+def _execute(job: dg.JobDefinition, instance: dg.DagsterInstance, tags: dict[str, str],
+             echo: Callable[[str], None]) -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
+    """One run: in this process, its steps logging as they go; or, with MEMORY_EXECUTOR set,
+    launched from the code location so that its executor's processes (a Dask cluster's
+    workers) rebuild the job, each step reported as it ends."""
+    if setting("MEMORY_EXECUTOR") == "in_process":
+        others = {k: v for k, v in tags.items() if k != PARTITION_TAG}
+        return job.execute_in_process(instance=instance, raise_on_error=False, run_config=PROGRESS_RUN_CONFIG,
+                                      partition_key=tags.get(PARTITION_TAG), tags=others)
+    from assets.definitions import location_distill_job
+
+    result = dg.execute_job(dg.reconstructable(location_distill_job), instance=instance, tags=tags,
+                            run_config=QUIET_RUN_CONFIG, raise_on_error=False)
+    for event in result.all_events:
+        if event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE"):
+            echo(f"    {event.step_key}: {'done' if event.is_step_success else 'FAILED'}")
+    return result
 
 
 @contextmanager

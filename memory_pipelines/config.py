@@ -115,6 +115,13 @@ def _http_url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _dask_address(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("tcp", "tls") or not parts.hostname or parts.port is None:
+        raise ValueError(text)
+    return text
+
+
 def _postgres_url(text: str) -> str:
     if urlsplit(text).scheme not in ("postgresql", "postgres"):
         raise ValueError(text)
@@ -300,7 +307,8 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("MEMORY_MAX_CONCURRENT_RUNS", integer(1, 256), 4, "runs the queued run coordinator starts at once"),
     Spec("MEMORY_EXECUTOR", choice("in_process", "multiprocess", "dask"), "in_process",
          "where a run's steps execute: its own process, a process per step, or a Dask cluster"),
-    Spec("MEMORY_DASK_SCHEDULER", TEXT, None, "the dask.distributed scheduler address (tcp://HOST:PORT)"),
+    Spec("MEMORY_DASK_SCHEDULER", Kind("tcp://HOST:PORT or tls://HOST:PORT", _dask_address), None,
+         "the dask.distributed scheduler the dask executor sends steps to"),
     Spec("MEMORY_API_KEY", TEXT, None, "the API key `serve mcp` acts with over stdio", secret=True),
     Spec("MEMORY_API_TIMEOUT", decimal(0, low_open=True), 30.0, "seconds one API or MCP request may take"),
     Spec("MEMORY_API_MAX_BODY_BYTES", integer(1024), 1_048_576, "largest API request body"),
@@ -344,6 +352,9 @@ def validate_environment(environ: Mapping[str, str] | None = None) -> list[str]:
             setting(name, environ)
         except ConfigError as exc:
             errors.append(str(exc))
+    if not errors and setting("MEMORY_EXECUTOR", environ) == "dask" and setting("MEMORY_DASK_SCHEDULER", environ) is None:
+        errors.append("MEMORY_EXECUTOR=dask needs MEMORY_DASK_SCHEDULER: the tcp://HOST:PORT of a running "
+                      "`dask scheduler` (docs/operations.md, Shards and a distributed executor)")
     if errors:
         raise ConfigError("\n".join(errors))
     warnings = []

@@ -3,15 +3,24 @@ and re-sharded, ends with the tables of the unsharded run."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+import dask.distributed
 import psycopg
 import pytest
 
 from memory_pipelines.shards import shard_of
-from tests.helpers import ENTRY, memory_differences
+from tests.helpers import ENTRY, free_port, memory_differences
+
+DASK = Path(sys.executable).with_name("dask")
 
 pytestmark = pytest.mark.slow
 
@@ -48,18 +57,50 @@ def test_sql_and_python_put_every_user_in_the_same_shard(database_url):
         assert conn.execute("SELECT memory_shard(NULL, 3)").fetchone()[0] == 0
 
 
-def test_three_shards_side_by_side_build_the_unsharded_tables(unsharded, make_database, tmp_path):
+@contextmanager
+def dask_cluster(env: dict, logs: Path) -> Iterator[str]:
+    """A dask.distributed scheduler and two single-threaded worker processes, each its own OS
+    process, the workers with the code location's settings in their environment."""
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    procs = [subprocess.Popen([str(DASK), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=open(logs / "scheduler.log", "w"),
+                              start_new_session=True)]
+    try:
+        procs.append(subprocess.Popen(
+            [str(DASK), "worker", address, "--nworkers", "2", "--nthreads", "1", "--no-dashboard"], env=env,
+            stdout=subprocess.DEVNULL, stderr=open(logs / "workers.log", "w"), start_new_session=True))
+        deadline = time.monotonic() + 120
+        with dask.distributed.Client(address, timeout=60) as client:
+            while len(client.scheduler_info()["workers"]) < 2:
+                assert time.monotonic() < deadline, (logs / "workers.log").read_text()
+                time.sleep(0.5)
+        yield address
+    finally:
+        for proc in reversed(procs):
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+
+
+def test_three_shards_on_a_dask_cluster_build_the_unsharded_tables(unsharded, make_database, tmp_path):
     url = make_database()
-    done = _cli(_env(url, tmp_path, 3), "run", "--parallel", "3")
+    env = _env(url, tmp_path, 3)
+    with dask_cluster(env, tmp_path) as address:
+        done = _cli({**env, "MEMORY_EXECUTOR": "dask", "MEMORY_DASK_SCHEDULER": address}, "run", "--parallel", "3")
     assert done.returncode == 0, done.stderr
     assert "3 shard runs, 3 at a time" in done.stdout and "x 3 shard(s)" in done.stdout
-    for shard in range(3):  # every shard ran the whole range as one run of its own users
-        assert f"[shard {shard}]     transcripts: 2026-10-01..2026-10-14: " in done.stdout
-    assert "other_shards" in done.stdout
+    for shard in range(3):
+        assert f"[shard {shard}]     memory_decay: done" in done.stdout
     with psycopg.connect(url) as conn:
-        runs = conn.execute("SELECT count(*) FROM dagster.runs WHERE status = 'SUCCESS'").fetchone()[0]
+        runs = conn.execute("SELECT run_body FROM dagster.runs WHERE status = 'SUCCESS'").fetchall()
         users_per_shard = conn.execute("SELECT count(DISTINCT memory_shard(user_id, 3)) FROM messages").fetchone()[0]
-    assert runs == 3 and users_per_shard == 3  # the sample's users fall in all three shards
+        step_pids = {r[0] for r in conn.execute(
+            "SELECT (event::jsonb -> 'dagster_event' -> 'pid') FROM dagster.event_logs "
+            "WHERE dagster_event_type = 'STEP_START'")}
+    # one run per shard, each covering its shard's whole range; the sample's users fall in all three
+    assert len(runs) == 3 and users_per_shard == 3
+    assert all('"memory/shard"' in body for (body,) in runs)
+    assert len(step_pids) == 2, step_pids  # every step ran in one of the two worker processes
     assert memory_differences(unsharded, url) == []
 
 
@@ -101,3 +142,23 @@ def test_shard_runs_at_once_a_killed_one_rerun_and_a_reshard_converge(unsharded,
     assert rerun.returncode == 0, rerun.stderr
     assert memory_differences(unsharded, url) == []  # finished days stay as they are
 
+
+
+AUTOMATION_PROBE = """
+import json
+from datetime import UTC, datetime
+import dagster as dg
+from assets.definitions import distill_schedule
+context = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 10, 5, 12, 15, tzinfo=UTC))
+print(json.dumps([[r.partition_key, r.tags, r.run_key] for r in distill_schedule(context)]))
+"""
+
+
+def test_the_schedule_requests_a_run_per_shard_tagged_with_it(tmp_path):
+    probe = subprocess.run([sys.executable, "-c", AUTOMATION_PROBE], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "MEMORY_SHARDS": "3"})
+    assert probe.returncode == 0, probe.stderr
+    requests = json.loads(probe.stdout.splitlines()[-1])
+    assert [(key, tags) for key, tags, _ in requests] == [
+        (f"2026-10-05|{shard}", {"memory/shard": str(shard)}) for shard in range(3)]
+    assert len({run_key for _, _, run_key in requests}) == 3  # one run each, none deduplicated away

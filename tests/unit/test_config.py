@@ -124,3 +124,13 @@ def test_a_transcript_table_url_never_shows_its_password():
     with pytest.raises(ConfigError) as refused:
         setting("MEMORY_TRANSCRIPTS", {"MEMORY_TRANSCRIPTS": "postgresql://agent:s3cret@db/agents"})
     assert "s3cret" not in str(refused.value) and "postgresql://agent:***@db/agents" in str(refused.value)
+
+
+def test_the_dask_executor_needs_a_scheduler_address():
+    with pytest.raises(ConfigError, match="MEMORY_EXECUTOR=dask needs MEMORY_DASK_SCHEDULER"):
+        validate_environment({"MEMORY_EXECUTOR": "dask"})
+    with pytest.raises(ConfigError, match="MEMORY_DASK_SCHEDULER='127.0.0.1:8786' is not valid: expected tcp://"):
+        validate_environment({"MEMORY_EXECUTOR": "dask", "MEMORY_DASK_SCHEDULER": "127.0.0.1:8786"})
+    with pytest.raises(ConfigError, match="MEMORY_SHARDS='0' is not valid"):
+        validate_environment({"MEMORY_SHARDS": "0"})
+    assert validate_environment({"MEMORY_EXECUTOR": "dask", "MEMORY_DASK_SCHEDULER": "tcp://10.0.0.5:8786"}) == []
