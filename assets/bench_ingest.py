@@ -24,6 +24,7 @@ from pathlib import Path
 
 from memory_pipelines.config import Settings
 from memory_pipelines.generator import DayFilesConfig, write_day_files
+from memory_pipelines.ports import free_port
 
 BENCH_DATABASE = "memory_bench_ingest"
 BUCKET = "memory-bench-ingest"
@@ -105,14 +106,10 @@ def _measure(source: str, scenario: str, location: str, url: str, first: str, la
 @contextmanager
 def _s3_copy(folder: Path) -> Iterator[tuple[str, str]]:
     """The source uploaded to a moto S3 server on 127.0.0.1 (a test dependency): (location, endpoint)."""
-    import socket
-
     import httpx
     from pyarrow import fs
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{port}"

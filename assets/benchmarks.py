@@ -12,9 +12,10 @@ import os
 import re
 import resource
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -23,7 +24,11 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from assets.runner import PROGRESS_RUN_CONFIG, ensure_dagster_home, partition_keys_between, progress_logger, run_range
+from assets.dask_executor import local_cluster
+from assets.partitions import SHARDS
+from assets.runner import (
+    PROGRESS_RUN_CONFIG, ensure_dagster_home, partition_keys_between, progress_logger, run_range, run_shards,
+)
 from memory_pipelines.bench import BackfillBench, DistillBench, PurposeUsage
 from memory_pipelines.config import Settings
 from memory_pipelines.db import repository
@@ -95,8 +100,30 @@ def bookkeeping_seconds(keys: Sequence[str]) -> float:
     return time.perf_counter() - started
 
 
+@contextmanager
+def _connection_peak(url: str) -> Iterator[list[int]]:
+    """The most connections the server had open at once while inside (sampled every 0.2 s)."""
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            while not done.wait(0.2):
+                peak[0] = max(peak[0], conn.execute(query("bench_connections")).fetchone()[0])
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        sampler.join()
+
+
 def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: bool = False,
-                          echo: Callable[[str], None] = print) -> DistillBench:
+                          echo: Callable[[str], None] = print, executor: str = "in_process") -> DistillBench:
+    """The generated transcripts through the whole graph: one run, or with MEMORY_SHARDS set
+    one run per shard all at once; with `executor` dask, on a local scheduler and two worker
+    processes started for it."""
     settings = Settings.from_env()
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as folder:
         transcripts = Path(folder) / "transcripts"
@@ -112,22 +139,31 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
             env.update({f"{prefix}_{name}": value for prefix in ("MEMORY_LLM", "MEMORY_DECISION")
                         for name, value in (("BACKEND", "ollama"), ("BASE_URL", server.url), ("MODEL", "instant"))})
         try:
-            with _environment(env):
+            with _environment(env), ExitStack() as stack:
                 ensure_dagster_home(settings.home, url)
-                # set-up, not distillation, stays outside the timing: migrations, Dagster's storage
+                # set-up, not distillation, stays outside the timing: migrations, Dagster's
+                # storage, the dask cluster
                 get_pool(url)
                 dg.DagsterInstance.get()
                 expectations.prepare()
+                if executor == "dask":
+                    address = stack.enter_context(local_cluster(dict(os.environ), Path(folder) / "logs"))
+                    stack.enter_context(_environment({"MEMORY_EXECUTOR": "dask", "MEMORY_DASK_SCHEDULER": address}))
                 keys = partition_keys_between(first.isoformat(), last.isoformat())
-                started = time.perf_counter()
-                ran = run_range(keys, echo=lambda line: None)
-                seconds = time.perf_counter() - started
+                with _connection_peak(url) as peak:
+                    started = time.perf_counter()
+                    runs = run_shards(keys, range(SHARDS), parallel=SHARDS, echo=lambda line: None, show_steps=False)
+                    seconds = time.perf_counter() - started
                 with get_pool(url).connection() as conn:
                     usage = {row[0]: PurposeUsage(*row[1:]) for row in conn.execute(query("model_usage_by_purpose"))}
                     summarized = conn.execute(query("summarized_session_days")).fetchone()[0]
                     sizes = dict(conn.execute(query("table_sizes")).fetchall())
                     messages = repository.row_counts(conn, ["messages"])["messages"]
-                stages = _stage_seconds(ran.run_id)
+                # a stage's time: its longest shard's
+                stages = {}
+                for ran in runs:
+                    for stage, spent in _stage_seconds(ran.run_id).items():
+                        stages[stage] = max(stages.get(stage, 0.0), spent)
                 idle = bookkeeping_seconds(keys) if bookkeeping else None
         finally:
             if server is not None:
@@ -140,7 +176,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         stage_seconds=stages, table_bytes=sizes,
         usage=usage, summarized_session_days=summarized,
-        bookkeeping_seconds=idle,
+        bookkeeping_seconds=idle, shards=SHARDS, executor=executor, connections_peak=peak[0],
     )
 
 

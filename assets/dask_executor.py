@@ -14,10 +14,21 @@ never a connection.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import dagster as dg
 import dask.distributed
 from dagster._core.events import DagsterEvent
 from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements, query_on_dask_worker
+
+from memory_pipelines.ports import free_port
 
 
 def _step_on_worker(upstream_events: list[list[DagsterEvent]], *args) -> list[DagsterEvent]:
@@ -57,3 +68,33 @@ class RunScopedDaskExecutor(DaskExecutor):
              requirements=dg.multiple_process_executor_requirements())
 def dask_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     return RunScopedDaskExecutor("existing", {"address": init_context.executor_config["address"]})
+
+
+@contextmanager
+def local_cluster(env: dict[str, str], logs: Path, workers: int = 2) -> Iterator[str]:
+    """A dask.distributed scheduler and `workers` single-threaded worker processes on this
+    host, each an OS process of its own with `env` (the code location's settings) as its
+    environment; yields the scheduler's address. For tests and benchmarks: a deployment
+    runs its own cluster."""
+    scheduler_port = free_port()
+    address = f"tcp://127.0.0.1:{scheduler_port}"
+    dask_command = str(Path(sys.executable).with_name("dask"))
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = [subprocess.Popen([dask_command, "scheduler", "--host", "127.0.0.1", "--port", str(scheduler_port),
+                               "--no-dashboard"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=open(logs / "dask-scheduler.log", "w"), start_new_session=True)]
+    try:
+        procs.append(subprocess.Popen(
+            [dask_command, "worker", address, "--nworkers", str(workers), "--nthreads", "1", "--no-dashboard"],
+            env=env, stdout=subprocess.DEVNULL, stderr=open(logs / "dask-workers.log", "w"), start_new_session=True))
+        deadline = time.monotonic() + 120
+        with dask.distributed.Client(address, timeout=60) as client:
+            while len(client.scheduler_info()["workers"]) < workers:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"dask workers did not start: see {logs / 'dask-workers.log'}")
+                time.sleep(0.5)
+        yield address
+    finally:
+        for proc in reversed(procs):
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)

@@ -289,27 +289,32 @@ def _echo_as(prefix: str, line: str) -> None:
     print(f"{prefix}{line}", flush=True)
 
 
-def _run_shard(keys: Sequence[str], shard: int) -> RangeRun:
+def _silent(line: str) -> None:
+    pass
+
+
+def _run_shard(keys: Sequence[str], shard: int, show_steps: bool) -> RangeRun:
     """One shard's run in a worker process (its own Dagster run and pools)."""
-    return run_range(keys, partial(_echo_as, f"[shard {shard}] "), shard)
+    return run_range(keys, partial(_echo_as, f"[shard {shard}] ") if show_steps else _silent, shard)
 
 
 def run_shards(keys: Sequence[str], shards: Sequence[int], parallel: int,
-               echo: Callable[[str], None] = print) -> list[RangeRun]:
+               echo: Callable[[str], None] = print, show_steps: bool = True) -> list[RangeRun]:
     """Each shard's run over the days `keys`, `parallel` at a time, each in a process of its
-    own (one shard alone runs here). Shards never wait on each other; every run is tried,
-    and a failed one is reported once the others end."""
+    own (one shard alone runs here), printing its steps' lines unless not `show_steps`.
+    Shards never wait on each other; every run is tried, and a failed one is reported once
+    the others end."""
     if len(shards) == 1 or parallel == 1:
         ran = []
         for number, shard in enumerate(shards, 1):
             echo(f"[{number}/{len(shards)}] {keys[0]} .. {keys[-1]} ({len(keys)} days, one run){shard_label(shard)}")
-            ran.append(run_range(keys, echo, shard))
+            ran.append(run_range(keys, echo if show_steps else _silent, shard))
         return ran
     echo(f"{keys[0]} .. {keys[-1]} ({len(keys)} days): {len(shards)} shard runs, {parallel} at a time")
     dg.DagsterInstance.get().get_runs(limit=1)  # Dagster's tables made here, not raced for by the workers
     ran, failed = [], []
     with ProcessPoolExecutor(max_workers=parallel, mp_context=multiprocessing.get_context("spawn")) as workers:
-        futures = {workers.submit(_run_shard, keys, shard): shard for shard in shards}
+        futures = {workers.submit(_run_shard, keys, shard, show_steps): shard for shard in shards}
         for future in as_completed(futures):
             try:
                 ran.append(future.result())

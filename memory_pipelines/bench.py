@@ -184,6 +184,9 @@ class DistillBench:
     # the same range through the same assets and checks with bodies that do nothing: what
     # Dagster's own bookkeeping of the run costs (measured by `bench backfill` only)
     bookkeeping_seconds: float | None = None
+    shards: int = 1  # runs at once, one per user shard
+    executor: str = "in_process"  # where the runs' steps executed
+    connections_peak: int | None = None  # the most connections the server had open during the runs
 
     @property
     def messages_per_s(self) -> float:
@@ -241,7 +244,9 @@ def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = 
     per_k = result.per_1000_messages
     lines = [
         f"{result.messages:,} messages, {result.sessions:,} sessions, {result.users:,} users, {result.days} days, "
-        f"{result.summarized_session_days:,} summarized session-days; model back end {result.backend}",
+        f"{result.summarized_session_days:,} summarized session-days; model back end {result.backend}; "
+        f"{result.shards} shard run(s) at once, executor {result.executor}, "
+        f"at most {result.connections_peak} database connections",
         "",
         "| stage | seconds | messages/s | model calls | calls per 1,000 messages | input tokens per 1,000 messages "
         "| output tokens per 1,000 messages |",

@@ -364,6 +364,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_distill(args: argparse.Namespace) -> int:
+    if args.shards is not None:  # read when the assets' partitions are defined, on import
+        os.environ["MEMORY_SHARDS"] = str(args.shards)
     from assets.benchmarks import run_distill_benchmark
     from memory_pipelines import bench
     from memory_pipelines.generator import GeneratorConfig
@@ -379,7 +381,8 @@ def cmd_bench_distill(args: argparse.Namespace) -> int:
             prices = load_price_table(args.price_table or bench_price_table())
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
-    result = run_distill_benchmark(config, cost=args.kind == "cost", echo=lambda line: print(line, file=sys.stderr))
+    result = run_distill_benchmark(config, cost=args.kind == "cost", echo=lambda line: print(line, file=sys.stderr),
+                                   executor=args.executor)
     print(json.dumps(result.to_json(prices), indent=2) if args.json else bench.distill_markdown(result, prices))
     return 0
 
@@ -1166,6 +1169,10 @@ def build_parser() -> argparse.ArgumentParser:
                              help="generated sessions (default 6,000: about 100,000 messages)")
         distill.add_argument("--days", type=int, default=14, help="days the sessions spread over (default 14)")
         distill.add_argument("--seed", type=int, default=0)
+        distill.add_argument("--shards", type=_positive_int, help="user shards, each its own run, all at once "
+                             "(default MEMORY_SHARDS)")
+        distill.add_argument("--executor", choices=("in_process", "dask"), default="in_process",
+                             help="dask: the runs' steps on a local scheduler and two worker processes")
         distill.add_argument("--json", action="store_true")
         if kind == "cost":
             distill.add_argument("--price-table", type=Path, default=None,

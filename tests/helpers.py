@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from psycopg import sql
 
 from assets.resources import EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSourceResource
 from memory_pipelines.db.connection import with_database  # noqa: F401 (tests import it from here)
+from memory_pipelines.ports import free_port  # noqa: F401 (tests import it from here)
 from memory_pipelines.records import TranscriptScan
 from memory_pipelines.sources import SourceSettings, open_source
 from memory_pipelines.sources.files import MemoryIndex
@@ -28,12 +28,6 @@ from memory_pipelines.transcripts import day_of
 
 
 ENTRY = Path(sys.executable).parent / "memory-pipelines"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 

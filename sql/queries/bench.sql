@@ -166,3 +166,7 @@ SELECT (SELECT count(*) FROM memory_facts WHERE user_id = %(user_id)s AND merged
 -- name: bench_fact_keys
 -- What `bench serve` asks about besides the sample's questions: the user's fact keys.
 SELECT DISTINCT key FROM memory_facts WHERE user_id = %(user_id)s AND merged_into IS NULL ORDER BY key LIMIT 200;
+
+-- name: bench_connections
+-- Client connections the server has open now (the sampler's own included).
+SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend';

@@ -8,19 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
-import dask.distributed
 import psycopg
 import pytest
 
+from assets.dask_executor import local_cluster
 from memory_pipelines.shards import shard_of
-from tests.helpers import ENTRY, free_port, memory_differences
-
-DASK = Path(sys.executable).with_name("dask")
+from tests.helpers import ENTRY, memory_differences
 
 pytestmark = pytest.mark.slow
 
@@ -57,35 +51,10 @@ def test_sql_and_python_put_every_user_in_the_same_shard(database_url):
         assert conn.execute("SELECT memory_shard(NULL, 3)").fetchone()[0] == 0
 
 
-@contextmanager
-def dask_cluster(env: dict, logs: Path) -> Iterator[str]:
-    """A dask.distributed scheduler and two single-threaded worker processes, each its own OS
-    process, the workers with the code location's settings in their environment."""
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    procs = [subprocess.Popen([str(DASK), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=open(logs / "scheduler.log", "w"),
-                              start_new_session=True)]
-    try:
-        procs.append(subprocess.Popen(
-            [str(DASK), "worker", address, "--nworkers", "2", "--nthreads", "1", "--no-dashboard"], env=env,
-            stdout=subprocess.DEVNULL, stderr=open(logs / "workers.log", "w"), start_new_session=True))
-        deadline = time.monotonic() + 120
-        with dask.distributed.Client(address, timeout=60) as client:
-            while len(client.scheduler_info()["workers"]) < 2:
-                assert time.monotonic() < deadline, (logs / "workers.log").read_text()
-                time.sleep(0.5)
-        yield address
-    finally:
-        for proc in reversed(procs):
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
-
-
 def test_three_shards_on_a_dask_cluster_build_the_unsharded_tables(unsharded, make_database, tmp_path):
     url = make_database()
     env = _env(url, tmp_path, 3)
-    with dask_cluster(env, tmp_path) as address:
+    with local_cluster(env, tmp_path) as address:
         done = _cli({**env, "MEMORY_EXECUTOR": "dask", "MEMORY_DASK_SCHEDULER": address}, "run", "--parallel", "3")
     assert done.returncode == 0, done.stderr
     assert "3 shard runs, 3 at a time" in done.stdout and "x 3 shard(s)" in done.stdout

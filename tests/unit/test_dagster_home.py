@@ -27,3 +27,18 @@ def test_a_users_own_choice_of_the_switches_is_kept(tmp_path, monkeypatch):
     monkeypatch.setenv(PLANNED_EVENTS_SWITCH, "0")
     ensure_dagster_home(tmp_path)
     assert (os.environ[EVENT_BATCH_SWITCH], os.environ[PLANNED_EVENTS_SWITCH]) == ("0", "0")
+
+
+def test_the_instance_queues_runs_one_per_shard_at_a_time(tmp_path, monkeypatch):
+    import dagster as dg
+    from dagster._core.run_coordinator import QueuedRunCoordinator
+
+    _unset(monkeypatch, "DAGSTER_HOME")
+    home = ensure_dagster_home(tmp_path)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        coordinator = instance.run_coordinator
+        assert isinstance(coordinator, QueuedRunCoordinator)
+        assert coordinator.get_run_queue_config().max_concurrent_runs == 4  # MEMORY_MAX_CONCURRENT_RUNS
+        assert [(limit["key"], limit["limit"], limit["value"]) for limit in
+                coordinator.get_run_queue_config().tag_concurrency_limits] == [
+            ("memory/shard", 1, {"applyLimitPerUniqueValue": True})]
