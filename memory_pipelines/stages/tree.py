@@ -70,7 +70,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
         report.sessions.update(batch)
         report.users.update(n.user_id for n in nodes)
     with pool.connection() as conn, conn.transaction():
-        users = sorted(report.users | {r[0] for r in conn.execute(query("users_without_scene_tree"))})
+        users = sorted(report.users | {r[0] for r in conn.execute(query("users_without_scene_tree"),
+                                                                     window.shard.params)})
         roots = repository.users_session_roots(conn, users)
         scenes = _summarized(conn, "scene", users, [
             n for user_id in users for n in build_scene_tree(user_id, roots.get(user_id, []))],
@@ -82,7 +83,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
     report.users.update(users)
     with pool.connection() as conn, conn.transaction():
         owners = [r[0] for r in conn.execute(query("users_with_entities_to_grow"),
-                                             {"first": window.first, "last": window.last})]
+                                             {"first": window.first, "last": window.last, **window.shard.params})]
         items = repository.users_entity_items(conn, owners)
         built = [n for (user_id, entity), about in items.items() for n in build_entity_tree(user_id, entity, about)]
         # every entity tree of these users: one whose entity left the graph goes

@@ -40,8 +40,9 @@ WHERE tree_kind = %(tree_kind)s AND tree_key = ANY(%(tree_keys)s)
 
 -- name: users_without_scene_tree
 -- Users with session trees and no scene tree (forget removed it): theirs is built again.
+-- Of the run's shard only: another shard's user may be mid-way through a run of its own.
 SELECT DISTINCT user_id FROM memory_tree s
-WHERE s.tree_kind = 'session' AND s.parent_key IS NULL
+WHERE s.tree_kind = 'session' AND s.parent_key IS NULL AND memory_shard(s.user_id, %(shards)s) = %(shard)s
   AND NOT EXISTS (SELECT 1 FROM memory_tree c WHERE c.tree_kind = 'scene' AND c.tree_key = s.user_id)
 ORDER BY 1;
 
@@ -118,15 +119,19 @@ ORDER BY i.user_id, i.entity, i.at, i.kind, i.item_key;
 
 -- name: users_with_entities_to_grow
 -- The users whose graph, entries or facts the days' runs wrote: their entity trees are built
--- again; and users with a graph but no entity tree (forget took theirs).
-SELECT user_id FROM entity_graph WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
-UNION
-SELECT DISTINCT g.user_id FROM entity_graph g
-WHERE NOT EXISTS (SELECT 1 FROM memory_tree t WHERE t.user_id = g.user_id AND t.tree_kind = 'entity')
-UNION
-SELECT user_id FROM knowledge_entries WHERE user_id IS NOT NULL AND partition_key BETWEEN %(first)s::text AND %(last)s::text
-UNION
-SELECT user_id FROM memory_facts WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
+-- again; and users with a graph but no entity tree (forget took theirs). Of the run's shard.
+SELECT user_id FROM (
+    SELECT user_id FROM entity_graph WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
+    UNION
+    SELECT DISTINCT g.user_id FROM entity_graph g
+    WHERE NOT EXISTS (SELECT 1 FROM memory_tree t WHERE t.user_id = g.user_id AND t.tree_kind = 'entity')
+    UNION
+    SELECT user_id FROM knowledge_entries
+    WHERE user_id IS NOT NULL AND partition_key BETWEEN %(first)s::text AND %(last)s::text
+    UNION
+    SELECT user_id FROM memory_facts WHERE partition_key BETWEEN %(first)s::text AND %(last)s::text
+) touched
+WHERE memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY 1;
 
 -- name: user_entity_trees

@@ -131,3 +131,26 @@ def test_the_schedule_requests_a_run_per_shard_tagged_with_it(tmp_path):
     assert [(key, tags) for key, tags, _ in requests] == [
         (f"2026-10-05|{shard}", {"memory/shard": str(shard)}) for shard in range(3)]
     assert len({run_key for _, _, run_key in requests}) == 3  # one run each, none deduplicated away
+
+
+def test_a_shards_run_leaves_another_shards_trees_to_that_shards_run(make_database, tmp_path):
+    """A run of one shard never builds another shard's trees: the other shard's run may be
+    half-way through its session trees, and a scene tree built from half of them would be
+    written over the whole one (seen once in a 4-shard benchmark)."""
+    url = make_database()
+    env = _env(url, tmp_path, 2)
+    assert _cli(env, "run", "--parallel", "2").returncode == 0
+    with psycopg.connect(url) as conn:
+        built = conn.execute("SELECT count(*) FROM memory_tree WHERE tree_kind IN ('scene', 'entity') "
+                             "AND memory_shard(user_id, 2) = 1").fetchone()[0]
+        assert built > 0
+        # shard 1's users lose their scene and entity trees (as `forget` of those trees would)
+        conn.execute("DELETE FROM memory_tree WHERE tree_kind IN ('scene', 'entity') AND memory_shard(user_id, 2) = 1")
+    assert _cli(env, "run", "--shards", "0").returncode == 0
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_tree WHERE tree_kind IN ('scene', 'entity') "
+                            "AND memory_shard(user_id, 2) = 1").fetchone()[0] == 0
+    assert _cli(env, "run", "--shards", "1").returncode == 0  # shard 1's own run builds them again
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_tree WHERE tree_kind IN ('scene', 'entity') "
+                            "AND memory_shard(user_id, 2) = 1").fetchone()[0] == built
