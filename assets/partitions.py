@@ -11,7 +11,7 @@ daily_partitions = dg.DailyPartitionsDefinition(
 )
 
 SHARDS = setting("MEMORY_SHARDS")
-DAY, SHARD = "day", "shard"  # the dimensions; a key reads "DAY|SHARD" (Dagster orders them by name)
+DAY, SHARD = "day", "shard"  # the dimensions; Dagster writes a key "DAY|SHARD" (it orders them by name)
 SHARD_TAG = "memory/shard"  # on every run of one shard: the UI groups by it, the coordinator limits by it
 
 # One shard keeps today's daily partitions (nothing to migrate); more add a static dimension.
@@ -35,13 +35,13 @@ def split_partition_keys(keys: list[str]) -> tuple[tuple[str, ...], Shard]:
     shard's days must go in order, and the shards' runs go side by side."""
     if SHARDS == 1:
         return tuple(keys), Shard()
-    parts = [key.split("|") for key in keys]  # DAY|SHARD
-    shards = sorted({int(shard) for _, shard in parts})
+    parts = [memory_partitions.get_partition_key_from_str(key).keys_by_dimension for key in keys]
+    shards = sorted({int(part[SHARD]) for part in parts})
     if len(shards) != 1:
         raise ValueError(
             f"this run covers shards {', '.join(map(str, shards))}: a run works on one shard's days. Launch a "
             f"backfill per shard (pick one shard in the partition selector) or `memory-pipelines run --shards all`")
-    return tuple(sorted({day for day, _ in parts})), Shard(shards[0], SHARDS)
+    return tuple(sorted({part[DAY] for part in parts})), Shard(shards[0], SHARDS)
 
 
 # A step that fails (a model server down past its own HTTP retries, a database restart) is

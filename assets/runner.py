@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import dagster as dg
 import psycopg
 import sqlalchemy.exc
+from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 from psycopg import sql
 
 from tqdm import tqdm
@@ -26,6 +27,7 @@ from tqdm import tqdm
 from assets.partitions import SHARD_TAG, SHARDS, TRANSIENT_RETRIES, daily_partitions, partition_key
 from memory_pipelines.config import setting
 from memory_pipelines.db.queries import query
+from memory_pipelines.shards import Shard
 from memory_pipelines.stages.common import progress_bars
 
 DAGSTER_SCHEMA = "dagster"
@@ -197,7 +199,8 @@ def range_label(keys: Sequence[str]) -> str:
 
 
 def shard_label(shard: int) -> str:
-    return f" of shard {shard}/{SHARDS}" if SHARDS > 1 else ""
+    label = Shard(shard, SHARDS).label
+    return f" of {label}" if label else ""
 
 
 def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.DagsterInstance,
@@ -211,12 +214,13 @@ def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.Dagst
     # sharded, the keys are the shard's (DAY|SHARD) and the run carries the shard's tag
     first, last = partition_key(keys[0], shard), partition_key(keys[-1], shard)
     tags = {SHARD_TAG: str(shard)} if SHARDS > 1 else {}
-    tags |= {PARTITION_TAG: first} if len(keys) == 1 else {
-        "dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+    if len(keys) > 1:
+        tags |= {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+    single = first if len(keys) == 1 else None
     attempt = 0
     while True:
         try:
-            result = _execute(job, instance, tags, echo)
+            result = _execute(job, instance, single, tags, echo)
             if result.success or not lost_storage(result) or attempt >= TRANSIENT_RETRIES.max_retries:
                 return result
         except sqlalchemy.exc.OperationalError:
@@ -229,18 +233,18 @@ def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.Dagst
         time.sleep(delay)
 
 
-def _execute(job: dg.JobDefinition, instance: dg.DagsterInstance, tags: dict[str, str],
+def _execute(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str | None, tags: dict[str, str],
              echo: Callable[[str], None]) -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
     """One run: in this process, its steps logging as they go; or, with MEMORY_EXECUTOR set,
     launched from the code location so that its executor's processes (a Dask cluster's
     workers) rebuild the job, each step reported as it ends."""
     if setting("MEMORY_EXECUTOR") == "in_process":
-        others = {k: v for k, v in tags.items() if k != PARTITION_TAG}
         return job.execute_in_process(instance=instance, raise_on_error=False, run_config=PROGRESS_RUN_CONFIG,
-                                      partition_key=tags.get(PARTITION_TAG), tags=others)
+                                      partition_key=partition, tags=tags)
     from assets.definitions import location_distill_job
 
-    result = dg.execute_job(dg.reconstructable(location_distill_job), instance=instance, tags=tags,
+    result = dg.execute_job(dg.reconstructable(location_distill_job), instance=instance,
+                            tags=tags | ({PARTITION_TAG: partition} if partition else {}),
                             run_config=QUIET_RUN_CONFIG, raise_on_error=False)
     for event in result.all_events:
         if event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE"):
@@ -325,11 +329,8 @@ def run_shards(keys: Sequence[str], shards: Sequence[int], parallel: int,
     return sorted(ran, key=lambda r: r.shard)
 
 
-IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-               dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
-
-
 def runs_in_progress() -> list[str]:
     """The ids of the distill runs this DAGSTER_HOME's instance has queued or running."""
     instance = dg.DagsterInstance.get()
-    return [run.run_id for run in instance.get_runs(dg.RunsFilter(job_name="distill", statuses=IN_PROGRESS))]
+    return [run.run_id for run in instance.get_runs(
+        dg.RunsFilter(job_name="distill", statuses=list(NOT_FINISHED_STATUSES)))]

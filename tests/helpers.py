@@ -44,6 +44,12 @@ NOT_MEMORY = ("schema_migrations", "transcript_objects")
 ROW_COPY_COLUMNS = frozenset({"row_data"})
 
 
+def _columns(conn: psycopg.Connection, table: str, skip: frozenset) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' "
+        "AND table_name = %s ORDER BY ordinal_position", (table,)) if r[0] not in skip]
+
+
 def table_fingerprints(url: str, tables: Iterable[str] | None = None, *, skip_columns: frozenset = frozenset(),
                        skip_tables: tuple[str, ...] = NOT_MEMORY) -> dict[str, tuple[int, str]]:
     """Row count and an md5 over every row of each table (all public tables by default),
@@ -55,9 +61,7 @@ def table_fingerprints(url: str, tables: Iterable[str] | None = None, *, skip_co
                 "AND table_type = 'BASE TABLE' AND NOT table_name = ANY(%s) ORDER BY 1", (list(skip_tables),))]
         out = {}
         for table in tables:
-            columns = [r[0] for r in conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' "
-                "AND table_name = %s ORDER BY ordinal_position", (table,)) if r[0] not in skip_columns]
+            columns = _columns(conn, table, skip_columns)
             row_text = sql.SQL("concat_ws('|', {})").format(sql.SQL(", ").join(
                 sql.SQL("({} - {}::text[])::text").format(sql.Identifier(c), sql.Literal(sorted(skip_columns)))
                 if c in ROW_COPY_COLUMNS else sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns))
@@ -295,10 +299,7 @@ def _vectors(url: str) -> dict[str, dict[str, np.ndarray]]:
     with psycopg.connect(url) as conn:
         register_vector(conn)
         for table in EMBEDDED:
-            columns = [r[0] for r in conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' "
-                "AND table_name = %s ORDER BY ordinal_position", (table,))
-                if r[0] not in AUDIT_COLUMNS | {"embedding", "merged_into"}]
+            columns = _columns(conn, table, AUDIT_COLUMNS | {"embedding", "merged_into"})
             content = sql.SQL("md5(concat_ws('|', {}))").format(
                 sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns))
             out[table] = {key: vector.to_numpy() for key, vector in conn.execute(sql.SQL(

@@ -13,8 +13,9 @@ import psycopg
 import pytest
 
 from assets.dask_executor import local_cluster
+from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.shards import shard_of
-from tests.helpers import ENTRY, memory_differences
+from tests.helpers import ENTRY, location_days, memory_differences
 
 pytestmark = pytest.mark.slow
 
@@ -121,6 +122,27 @@ from assets.definitions import distill_schedule
 context = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 10, 5, 12, 15, tzinfo=UTC))
 print(json.dumps([[r.partition_key, r.tags, r.run_key] for r in distill_schedule(context)]))
 """
+
+
+SENSOR_PROBE = """
+import json, os
+from assets.definitions import transcript_files_sensor
+from tests.helpers import sensor_context
+requests = transcript_files_sensor(sensor_context(os.environ["MEMORY_DATABASE_URL"]))
+print(json.dumps(sorted([r.partition_key, r.tags, r.run_key] for r in requests)))
+"""
+
+
+def test_the_sensor_requests_a_run_per_day_and_shard_tagged_with_it(database_url):
+    folder = SAMPLE_TRANSCRIPTS / "bob"
+    probe = subprocess.run([sys.executable, "-c", SENSOR_PROBE], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "MEMORY_SHARDS": "2", "MEMORY_TRANSCRIPTS": str(folder)})
+    assert probe.returncode == 0, probe.stderr
+    requests = json.loads(probe.stdout.splitlines()[-1])
+    days = [d.isoformat() for d in location_days(folder)]
+    assert days and [(key, tags) for key, tags, _ in requests] == [
+        (f"{day}|{shard}", {"memory/shard": str(shard)}) for day in days for shard in range(2)]
+    assert len({run_key for _, _, run_key in requests}) == len(requests)
 
 
 def test_the_schedule_requests_a_run_per_shard_tagged_with_it(tmp_path):
