@@ -20,8 +20,10 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import dagster as dg
+import psutil
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from assets.dask_executor import local_cluster
@@ -29,7 +31,7 @@ from assets.partitions import SHARDS
 from assets.runner import (
     PROGRESS_RUN_CONFIG, ensure_dagster_home, partition_keys_between, progress_logger, run_range, run_shards,
 )
-from memory_pipelines.bench import BackfillBench, DistillBench, PurposeUsage
+from memory_pipelines.bench import BackfillBench, DatabaseLoad, DistillBench, PurposeUsage
 from memory_pipelines.config import Settings
 from memory_pipelines.db import repository
 from memory_pipelines.db.connection import close_pools, get_pool, resolve_url, with_database
@@ -100,23 +102,85 @@ def bookkeeping_seconds(keys: Sequence[str]) -> float:
     return time.perf_counter() - started
 
 
-@contextmanager
-def _connection_peak(url: str) -> Iterator[list[int]]:
-    """The most connections the server had open at once while inside (sampled every 0.2 s)."""
-    peak, done = [0], threading.Event()
-
-    def sample() -> None:
-        with psycopg.connect(url, autocommit=True) as conn:
-            while not done.wait(0.2):
-                peak[0] = max(peak[0], conn.execute(query("bench_connections")).fetchone()[0])
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+def _server_process(conn: psycopg.Connection) -> psutil.Process | None:
+    """The server's postmaster when it runs on this machine (its backend's parent)."""
+    host = conn.info.host
+    if not (host.startswith("/") or host in ("localhost", "127.0.0.1", "::1")):
+        return None
     try:
-        yield peak
-    finally:
-        done.set()
-        sampler.join()
+        postmaster = psutil.Process(conn.info.backend_pid).parent()
+        return postmaster if postmaster is not None and postmaster.name().startswith("postgres") else None
+    except psutil.Error:
+        return None
+
+
+def _server_cpu_seconds(postmaster: psutil.Process | None) -> float | None:
+    """The postmaster's CPU, its ended children's (which it reaped) and its live children's."""
+    if postmaster is None:
+        return None
+    own = postmaster.cpu_times()
+    total = own.user + own.system + own.children_user + own.children_system
+    for child in postmaster.children():
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _machine_cpu() -> tuple[float, float]:
+    """Every process's CPU seconds on this machine so far, and the seconds waiting on I/O."""
+    times = psutil.cpu_times()
+    return times.user + times.nice + times.system + times.irq + times.softirq, times.iowait
+
+
+@contextmanager
+def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoad]]:
+    """What the server did while inside: its client connections sampled every `interval`
+    seconds, its counters and CPU read before and after (the one it holds, then, on success)."""
+    loads: list[DatabaseLoad] = []
+    doing: dict[str, dict[str, float]] = {}
+    peaks = {"connections": 0, "active": 0}
+    done = threading.Event()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.row_factory = dict_row
+        server = _server_process(conn)
+
+        def sample() -> None:
+            last = time.monotonic()
+            while not done.wait(interval):
+                now = time.monotonic()
+                rows = conn.execute(query("bench_server_activity")).fetchall()
+                peaks["connections"] = max(peaks["connections"], sum(r["connections"] for r in rows))
+                peaks["active"] = max(peaks["active"], sum(r["connections"] for r in rows
+                                                           if r["kind"] not in ("idle", "idle in transaction")))
+                for r in rows:
+                    if r["kind"] != "idle":
+                        events = doing.setdefault(r["kind"], {})
+                        events[r["event"]] = events.get(r["event"], 0.0) + r["connections"] * (now - last)
+                last = now
+
+        before = conn.execute(query("bench_server_counters")).fetchone()
+        server_before, (machine_before, iowait_before) = _server_cpu_seconds(server), _machine_cpu()
+        started = time.monotonic()
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            yield loads
+        finally:
+            done.set()
+            sampler.join()
+        seconds = time.monotonic() - started
+        server_after, (machine_after, iowait_after) = _server_cpu_seconds(server), _machine_cpu()
+        time.sleep(2)  # an idle backend reports its statistics within a second or so
+        after = conn.execute(query("bench_server_counters")).fetchone()
+    change = {name: after[name] - before[name] for name in after}
+    loads.append(DatabaseLoad(
+        seconds=seconds, connections_peak=peaks["connections"], active_peak=peaks["active"], doing_seconds=doing,
+        server_cpu_seconds=None if server_before is None else server_after - server_before,
+        machine_cpu_seconds=machine_after - machine_before, machine_iowait_seconds=iowait_after - iowait_before,
+        cores=psutil.cpu_count() or 1, **change))
 
 
 def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: bool = False,
@@ -150,7 +214,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
                     address = stack.enter_context(local_cluster(dict(os.environ), Path(folder) / "logs"))
                     stack.enter_context(_environment({"MEMORY_EXECUTOR": "dask", "MEMORY_DASK_SCHEDULER": address}))
                 keys = partition_keys_between(first.isoformat(), last.isoformat())
-                with _connection_peak(url) as peak:
+                with _database_load(url) as load:
                     started = time.perf_counter()
                     runs = run_shards(keys, range(SHARDS), parallel=SHARDS, echo=lambda line: None, show_steps=False)
                     seconds = time.perf_counter() - started
@@ -176,7 +240,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         stage_seconds=stages, table_bytes=sizes,
         usage=usage, summarized_session_days=summarized,
-        bookkeeping_seconds=idle, shards=SHARDS, executor=executor, connections_peak=peak[0],
+        bookkeeping_seconds=idle, shards=SHARDS, executor=executor, database=load[0],
     )
 
 

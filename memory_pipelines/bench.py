@@ -166,6 +166,71 @@ class PurposeUsage:
 
 
 @dataclass(frozen=True)
+class DatabaseLoad:
+    """What the database server did while the runs ran: client backends sampled every
+    0.2 s, the server's counters read before and after (they include Dagster's storage,
+    which lives in the same database)."""
+
+    seconds: float
+    connections_peak: int  # client connections open at once, the sampler's own aside
+    active_peak: int  # of them running a statement at once
+    # backend-seconds by what a connection was doing when sampled, as kind -> event: "CPU"
+    # (running), a wait's type and event ("Lock" -> "transactionid", "LWLock" -> "WALWrite",
+    # "IO" -> "WalSync", ...) or "idle in transaction"
+    doing_seconds: dict[str, dict[str, float]]
+    wal_bytes: int
+    wal_full_pages: int  # full-page images: the first change of a page after a checkpoint
+    wal_buffers_full: int  # WAL written out early because its buffers were full
+    checkpoints_requested: int  # checkpoints forced by WAL volume (max_wal_size), not by time
+    commits: int
+    rollbacks: int
+    deadlocks: int
+    server_cpu_seconds: float | None  # the server's processes' CPU; None when it runs elsewhere
+    machine_cpu_seconds: float  # every process's CPU on this machine
+    machine_iowait_seconds: float
+    cores: int
+
+    def waiting_seconds(self, kind: str) -> float:
+        """Backend-seconds spent on one kind of wait (Lock, LWLock, IO, ...)."""
+        return sum(self.doing_seconds.get(kind, {}).values())
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "lock_wait_seconds": self.waiting_seconds("Lock"),
+                "lwlock_wait_seconds": self.waiting_seconds("LWLock"), "io_wait_seconds": self.waiting_seconds("IO")}
+
+
+def database_markdown(load: DatabaseLoad, messages: int) -> list[str]:
+    """The server's load as table lines, with each amount per 1,000 messages."""
+    def per_k(amount: float) -> str:
+        return f"{1000 * amount / messages:,.2f}" if messages else "-"
+
+    def share(amount: float) -> str:
+        return f"{100 * amount / (load.seconds * load.cores):.0f} % of {load.cores} cores" if load.seconds else "-"
+
+    cpu = load.server_cpu_seconds
+    lines = ["", f"Database server during the runs ({load.seconds:.1f} s):", "",
+             "| measure | amount | per 1,000 messages | note |", "|---|---|---|---|",
+             f"| connections open at once (peak) | {load.connections_peak} | | {load.active_peak} running a statement |",
+             f"| server CPU seconds | {'-' if cpu is None else f'{cpu:.1f}'} | {'-' if cpu is None else per_k(cpu)} "
+             f"| {'not on this machine' if cpu is None else share(cpu)} |",
+             f"| machine CPU seconds (every process) | {load.machine_cpu_seconds:.1f} | {per_k(load.machine_cpu_seconds)} "
+             f"| {share(load.machine_cpu_seconds)}; I/O wait {load.machine_iowait_seconds:.1f} s |",
+             f"| WAL MB | {load.wal_bytes / 1_048_576:,.1f} | {per_k(load.wal_bytes / 1_048_576)} "
+             f"| {load.wal_bytes / 1_048_576 / load.seconds if load.seconds else 0:,.1f} MB/s; {load.wal_full_pages:,} full pages; "
+             f"buffers full {load.wal_buffers_full:,}; {load.checkpoints_requested} checkpoints forced by volume |",
+             f"| commits | {load.commits:,} | {per_k(load.commits)} "
+             f"| {load.commits / load.seconds if load.seconds else 0:,.0f}/s; {load.rollbacks:,} rollbacks, {load.deadlocks} deadlocks |"]
+    for kind in ("Lock", "LWLock", "IO"):
+        lines.append(f"| backend-seconds waiting on {kind} | {load.waiting_seconds(kind):.2f} | | |")
+    busiest = sorted(((spent, kind, event) for kind, events in load.doing_seconds.items()
+                      for event, spent in events.items()), key=lambda row: (-row[0], row[1], row[2]))[:8]
+    lines += ["", "| what connections were doing (sampled) | backend-seconds |", "|---|---|"]
+    lines += [f"| {kind}: {event} | {spent:.1f} |" if event else f"| {kind} | {spent:.1f} |"
+              for spent, kind, event in busiest]
+    return lines
+
+
+@dataclass(frozen=True)
 class DistillBench:
     """One run of the whole graph over generated transcripts (`bench distill` and `bench cost`)."""
 
@@ -186,7 +251,7 @@ class DistillBench:
     bookkeeping_seconds: float | None = None
     shards: int = 1  # runs at once, one per user shard
     executor: str = "in_process"  # where the runs' steps executed
-    connections_peak: int | None = None  # the most connections the server had open during the runs
+    database: DatabaseLoad | None = None  # what the server did during the runs
 
     @property
     def messages_per_s(self) -> float:
@@ -221,7 +286,8 @@ class DistillBench:
         return price.cost(self.input_tokens, self.output_tokens)
 
     def to_json(self, prices: Mapping[str, Price] | None = None) -> dict:
-        return {**asdict(self), "messages_per_s": self.messages_per_s, "model_calls": self.model_calls,
+        return {**asdict(self), "database": self.database.to_json() if self.database else None,
+                "messages_per_s": self.messages_per_s, "model_calls": self.model_calls,
                 "calls_per_1000_messages": self.per_1000_messages(self.model_calls),
                 "calls_per_session_day": self.per_session_day(self.model_calls),
                 "distillation_calls_per_session_day": self.per_session_day(self.distillation_calls),
@@ -245,8 +311,7 @@ def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = 
     lines = [
         f"{result.messages:,} messages, {result.sessions:,} sessions, {result.users:,} users, {result.days} days, "
         f"{result.summarized_session_days:,} summarized session-days; model back end {result.backend}; "
-        f"{result.shards} shard run(s) at once, executor {result.executor}, "
-        f"at most {result.connections_peak} database connections",
+        f"{result.shards} shard run(s) at once, executor {result.executor}",
         "",
         "| stage | seconds | messages/s | model calls | calls per 1,000 messages | input tokens per 1,000 messages "
         "| output tokens per 1,000 messages |",
@@ -282,6 +347,8 @@ def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = 
         lines += [f"| {model} | {price.input_usd_per_mtok:g} / {price.output_usd_per_mtok:g} | {result.cost_usd(price):.4f} "
                   f"| {per_k(result.cost_usd(price)):.4f} | {result.per_session_day(result.cost_usd(price)):.5f} |"
                   for model, price in prices.items()]
+    if result.database is not None:
+        lines += database_markdown(result.database, result.messages)
     largest = sorted(result.table_bytes.items(), key=lambda kv: (-kv[1], kv[0]))[:12]
     lines += ["", f"peak memory {result.peak_rss_mb:,.0f} MB", "", "| table (largest 12) | size |", "|---|---|"]
     lines += [f"| {table} | {size / 1_048_576:,.2f} MB |" for table, size in largest]

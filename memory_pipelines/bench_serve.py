@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from memory_pipelines.bench_search.timing import Latency, load_average
 from memory_pipelines.bench import QUESTIONS
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import embed_config
+from memory_pipelines.ports import free_port
 
 TRANSPORTS = ("http", "mcp")
 LOOPBACK = "127.0.0.1"
@@ -183,12 +183,6 @@ def _measure(transport: str, config: ServeBenchConfig, questions: list[str], fac
                          tuple(dict.fromkeys(tally.errors))[:ERROR_EXAMPLES])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
 def _start(args: list[str], env: dict, log: Path, ready: str, seconds: float = 120) -> subprocess.Popen:
     port = args[args.index("--port") + 1]
     with log.open("a") as out:
@@ -236,7 +230,7 @@ def run(url: str, config: ServeBenchConfig, progress: Callable[[str], None] = la
     loads = []
     try:
         for transport in config.transports:
-            port = str(_free_port())
+            port = str(free_port())
             if transport == "http":
                 proc = _start(["http", "--port", port, "--workers", str(config.workers)], env, log, "/healthz")
                 factory = _http_calls(f"http://{LOOPBACK}:{port}", secret, config.budget)

@@ -167,6 +167,39 @@ SELECT (SELECT count(*) FROM memory_facts WHERE user_id = %(user_id)s AND merged
 -- What `bench serve` asks about besides the sample's questions: the user's fact keys.
 SELECT DISTINCT key FROM memory_facts WHERE user_id = %(user_id)s AND merged_into IS NULL ORDER BY key LIMIT 200;
 
--- name: bench_connections
--- Client connections the server has open now (the sampler's own included).
-SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend';
+-- name: bench_server_activity
+-- What every other client connection is doing now, for `bench distill`'s sampler: running
+-- (CPU), waiting (the wait's type and event; an advisory lock named by the project's lock it
+-- is: transcripts, session, user, dagster_schema), or idle inside a transaction;
+-- idle ones as idle, so that their count is the connections open.
+SELECT CASE WHEN a.state = 'active' AND a.wait_event_type IS NULL THEN 'CPU'
+            WHEN a.state = 'active' THEN a.wait_event_type
+            WHEN a.state IN ('idle in transaction', 'idle in transaction (aborted)') THEN 'idle in transaction'
+            ELSE 'idle' END AS kind,
+       CASE WHEN a.state = 'active' AND a.wait_event_type IS NULL THEN 'running'
+            WHEN a.state = 'active' AND a.wait_event = 'advisory' THEN 'advisory ' || coalesce(waited.lock, 'other')
+            ELSE coalesce(a.wait_event, '') END AS event,
+       count(*) AS connections
+FROM pg_stat_activity a
+LEFT JOIN LATERAL (
+    -- pg_locks splits a one-key lock into high and low 32 bits, a two-key one into its keys
+    SELECT min(name) AS lock
+    FROM pg_locks l
+    JOIN (VALUES ('transcripts', 1), ('session', 2), ('user', 2), ('dagster_schema', 1)) AS project(name, keys)
+      ON l.objsubid = project.keys
+     AND CASE project.keys WHEN 1 THEN l.objid::bigint ELSE l.classid::bigint END
+         = hashtext('memory_pipelines.' || project.name)::bigint & 4294967295
+    WHERE l.pid = a.pid AND l.locktype = 'advisory' AND NOT l.granted
+) waited ON a.wait_event = 'advisory'
+WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
+GROUP BY 1, 2;
+
+-- name: bench_server_counters
+-- The server's cumulative counters `bench distill` reads before and after the runs (WAL and
+-- checkpoints server-wide, transactions of this database).
+SELECT (SELECT wal_bytes FROM pg_stat_wal)::bigint AS wal_bytes,
+       (SELECT wal_fpi FROM pg_stat_wal) AS wal_full_pages,
+       (SELECT wal_buffers_full FROM pg_stat_wal) AS wal_buffers_full,
+       (SELECT num_requested FROM pg_stat_checkpointer) AS checkpoints_requested,
+       xact_commit AS commits, xact_rollback AS rollbacks, deadlocks
+FROM pg_stat_database WHERE datname = current_database();

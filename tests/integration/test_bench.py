@@ -4,12 +4,15 @@ not timed tests: these check that the figures are measured and add up)."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import psycopg
 import pytest
 
 from assets.benchmarks import run_distill_benchmark
 from memory_pipelines.bench import BUDGETS, EVIDENCE_ROWS, distill_markdown
+from memory_pipelines.db.queries import query
 from memory_pipelines.evidence_set import CATEGORIES
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from tests.integration.test_cli import cli
@@ -27,8 +30,38 @@ def test_bench_distill_measures_every_stage_offline(database_url, tmp_path):
     assert result.model_calls == 0  # the rules back end is not a model
     assert result.table_bytes["messages"] > 0 and result.peak_rss_mb > 0
     assert result.messages_per_s == result.messages / result.seconds
+    # the server's load during the run: its connections, writes and CPU (the embedded server runs here)
+    load = result.database
+    assert load.connections_peak >= 1 and load.seconds >= result.seconds
+    assert load.commits >= TINY.sessions and load.wal_bytes > 0 and load.deadlocks == 0
+    assert load.server_cpu_seconds > 0 and load.machine_cpu_seconds >= load.server_cpu_seconds
+    assert load.waiting_seconds("Lock") == sum(load.doing_seconds.get("Lock", {}).values())
     table = distill_markdown(result)
     assert "| **whole run** |" in table and "| memory_facts |" in table
+    assert f"| commits | {load.commits:,} |" in table
+
+
+def test_the_sampler_names_the_project_lock_a_connection_waits_on(database_url):
+    with psycopg.connect(database_url) as holder, psycopg.connect(database_url, autocommit=True) as sampler:
+        holder.execute(query("lock_sessions"), {"session_ids": ["s-1"]})
+        holder.execute(query("lock_transcript_writes"))
+
+        def wait(name: str, params: dict | None) -> None:
+            with psycopg.connect(database_url) as waiter:
+                waiter.execute(query(name), params)
+
+        waiters = [threading.Thread(target=wait, args=args) for args in
+                   (("lock_transcript_writes", None), ("lock_sessions", {"session_ids": ["s-1"]}))]
+        for waiter in waiters:
+            waiter.start()
+        deadline, seen = time.monotonic() + 20, {}
+        while time.monotonic() < deadline and len(seen) < 2:
+            seen = {r[1]: r[2] for r in sampler.execute(query("bench_server_activity")) if r[0] == "Lock"}
+            time.sleep(0.05)
+        holder.rollback()
+        for waiter in waiters:
+            waiter.join()
+    assert seen == {"advisory transcripts": 1, "advisory session": 1}
 
 
 def test_bench_cost_counts_the_calls_a_model_would_get(database_url):
