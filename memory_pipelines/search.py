@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 import psycopg
-from pgvector.psycopg import register_vector
+from memory_pipelines.db.vectors import register_vector_types
 from psycopg.rows import dict_row
 
 from memory_pipelines.config import DecaySettings
@@ -175,7 +175,7 @@ class MemorySearch:
         self._vectors_usable: dict[str | None, bool] = {}  # per user: stored vectors are the embedder's
         self.warnings: list[EmbedderMismatch] = []
         if embedder is not None:
-            register_vector(conn)  # a connection from outside the pool may not know the type yet
+            register_vector_types(conn)  # a connection from outside the pool may not know the type yet
 
     # --- scoping --------------------------------------------------------------------
 

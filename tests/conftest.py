@@ -16,6 +16,7 @@ from memory_pipelines.db.connection import close_pools
 from memory_pipelines.db.migrations import migrate
 from memory_pipelines.llm import backends
 from tests.helpers import with_database
+from tests.portability import install_vector_traps
 
 TEMPLATE_DB = "mp_template"
 
@@ -37,6 +38,11 @@ def pg_home() -> Path:
 @pytest.fixture(scope="session")
 def pg_admin_url(pg_home):
     url = embedded.start(pg_home)
+    # every database made on this server, the template's clones and the benchmarks' own,
+    # sees pgvector as a CPU without AVX-512 does (tests/portability.py)
+    template1 = with_database(url, "template1")
+    _admin(template1, "CREATE EXTENSION IF NOT EXISTS vector")
+    install_vector_traps(template1)
     _admin(url, "DROP DATABASE IF EXISTS {}", TEMPLATE_DB)
     _admin(url, "CREATE DATABASE {}", TEMPLATE_DB)
     migrate(with_database(url, TEMPLATE_DB))

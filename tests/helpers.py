@@ -15,7 +15,7 @@ import dagster as dg
 import httpx
 import numpy as np
 import psycopg
-from pgvector.psycopg import register_vector
+from memory_pipelines.db.vectors import register_vector_types
 from psycopg import sql
 
 from assets.resources import EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, PostgresResource, SummarySettings, TranscriptSourceResource
@@ -263,6 +263,8 @@ def sensor_context(database_url: str, cursor: str | None = None):
 ID_REFERENCES = {"memory_facts": ("merged_into", "concat_ws('|', t.user_id, t.category, t.key, t.value)"),
                  "entity_graph": ("closed_by", "concat_ws('|', t.user_id, t.subject, t.relation, t.object)")}
 EMBEDDED = ("memory_facts", "memory_chunks", "knowledge_entries", "memory_turns")
+# a stored embedding is a halfvec (migration 0025): 11 bits of mantissa, under 1e-3 for a unit vector's parts
+HALFVEC_ATOL = 1e-3
 
 
 def memory_differences(url_a: str, url_b: str) -> list[str]:
@@ -279,7 +281,7 @@ def memory_differences(url_a: str, url_b: str) -> list[str]:
     vectors_a, vectors_b = _vectors(url_a), _vectors(url_b)
     for table in EMBEDDED:
         left, right = vectors_a[table], vectors_b[table]
-        if left.keys() != right.keys() or any(not np.allclose(left[k], right[k], atol=1e-5) for k in left):
+        if left.keys() != right.keys() or any(not np.allclose(left[k], right[k], atol=HALFVEC_ATOL) for k in left):
             found.append(f"{table}.embedding differs")
     return found
 
@@ -297,7 +299,7 @@ def _vectors(url: str) -> dict[str, dict[str, np.ndarray]]:
     """Each embedded table's vectors by an md5 of the rest of their row's content."""
     out = {}
     with psycopg.connect(url) as conn:
-        register_vector(conn)
+        register_vector_types(conn)
         for table in EMBEDDED:
             columns = _columns(conn, table, AUDIT_COLUMNS | {"embedding", "merged_into"})
             content = sql.SQL("md5(concat_ws('|', {}))").format(

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import psycopg
-from pgvector.psycopg import register_vector
+from memory_pipelines.db.vectors import register_vector_types
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -137,7 +137,7 @@ def _load_chunks(conn: psycopg.Connection, config: SearchBenchConfig, model: Wor
     for number, rows in enumerate(_prefetched(_chunk_batches(config, model, embed, model_id)), start=1):
         with conn.transaction(), conn.cursor().copy(query("bench_copy_chunks")) as copy:
             copy.set_types(["text", "text", "int8", "int8", "timestamptz", "timestamptz", "text", "text", "text[]",
-                            "int4", "text", "text", "text", "text", "vector", "text"])
+                            "int4", "text", "text", "text", "text", "halfvec", "text"])
             for row in rows:
                 copy.write_row(row)
         loaded += len(rows)
@@ -165,7 +165,7 @@ def _load_facts(conn: psycopg.Connection, config: SearchBenchConfig, model: Word
         vectors = embed([f"[{c}] {k.replace('_', ' ')}: {v}" for _, c, k, v, _, _ in rows])
         with conn.transaction(), conn.cursor().copy(query("bench_copy_facts")) as copy:
             copy.set_types(["text", "text", "text", "text", "text", "text", "int2", "timestamptz", "text", "int8",
-                            "int8", "text", "text", "text", "text", "vector", "text"])
+                            "int8", "text", "text", "text", "text", "halfvec", "text"])
             for (user, category, key, value, seen, confidence), vector in zip(rows, vectors):
                 copy.write_row((f"bench-user-{user + 1:05d}", category, key, key, value, "conversation",
                                 confidence, seen, f"bench-{user + 1:05d}-00001", 1, 2,
@@ -203,7 +203,7 @@ def _load_turns(conn: psycopg.Connection, config: SearchBenchConfig, model: Word
         with conn.transaction():
             conn.execute(query("bench_create_turn_load"))
             with conn.cursor().copy(query("bench_copy_turn_load")) as copy:
-                copy.set_types(["text", "int8", "text", "int4", "text", "timestamptz", "text", "vector", "text"])
+                copy.set_types(["text", "int8", "text", "int4", "text", "timestamptz", "text", "halfvec", "text"])
                 for row in rows:
                     copy.write_row(row)
             conn.execute(query("bench_insert_turns"))
@@ -221,7 +221,7 @@ def build(url: str, config: SearchBenchConfig, embedder: Embedder,
     model = WordModel(config.seed, config.users)
     embed = bulk_embedder(embedder)
     with psycopg.connect(url, autocommit=True) as conn:
-        register_vector(conn)
+        register_vector_types(conn)
         conn.execute("SET maintenance_work_mem = '512MB'")
         conn.execute("SET synchronous_commit = off")  # an interrupted build is rebuilt anyway
         saved = {}

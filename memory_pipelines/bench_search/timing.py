@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import psycopg
-from pgvector.psycopg import register_vector
+from memory_pipelines.db.vectors import register_vector_types
 
 from memory_pipelines.bench_search.build import SearchBenchConfig, TurnIndexSize, prepare_database
 from memory_pipelines.bench_search.queries import BenchQuery, draw_queries
@@ -126,7 +126,8 @@ def _recall(conn: psycopg.Connection, queries: Sequence[BenchQuery], vectors: di
             vector_query: str, exact_query: str, scope_extra: dict) -> float | None:
     scores = []
     for q in queries:
-        vector = np.asarray(vectors[q.text], dtype=np.float32)
+        # as the server compares it: the query rounded to halfvec
+        vector = np.asarray(vectors[q.text], dtype=np.float16).astype(np.float64)
         got = [r[0] for r in conn.execute(query(vector_query), {
             "vector": vector, "model": model, "user_id": q.user_id, "all_users": False, "limit": RECALL_K,
             **scope_extra})]
@@ -149,7 +150,7 @@ def measure(url: str, embedder: Embedder, config: SearchBenchConfig,
                                                                       float | None]:
     paths = TURN_PATHS if config.turns else PATHS
     with psycopg.connect(url) as conn:
-        register_vector(conn)
+        register_vector_types(conn)
         queries = draw_queries(conn, config.queries + config.warmup, config.seed, turns=bool(config.turns))
         conn.rollback()
         warmup, queries = queries[:config.warmup], queries[config.warmup:]

@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from pgvector.psycopg import register_vector
+from memory_pipelines.db.vectors import register_vector_types
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import embedded
@@ -34,8 +34,8 @@ def with_database(url: str, name: str) -> str:
 
 
 def _configure(conn: psycopg.Connection) -> None:
-    register_vector(conn)
-    # register_vector reads the catalog; end that transaction before the pool hands it out.
+    register_vector_types(conn)
+    # registering reads the catalog; end that transaction before the pool hands it out.
     conn.commit()
 
 

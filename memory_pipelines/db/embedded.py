@@ -13,9 +13,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +29,18 @@ PIDS_FILE = ".handle_pids.json"
 
 def pgdata_dir(home: Path) -> Path:
     return home / "pgdata"
+
+
+def log_path(home: Path) -> Path:
+    """The server's log (pgserver starts it with `pg_ctl -l`)."""
+    return pgdata_dir(home) / "log"
+
+
+def serves(home: Path, url: str) -> bool:
+    """Whether `url` reaches the embedded server of `home` (its socket is in the data folder),
+    as the URL `serve` hands its worker processes does."""
+    hosts = parse_qs(urlsplit(url).query).get("host", [])
+    return bool(hosts) and Path(hosts[0]).resolve() == pgdata_dir(home).resolve()
 
 
 def _prepare_runtime_dir(home: Path) -> None:
@@ -131,3 +148,24 @@ def stop(home: Path) -> bool:
             raise
     (current.pgdata / PIDS_FILE).write_text("[]")
     return True
+
+
+@contextmanager
+def throwaway(home: Path) -> Iterator[tuple[str, Path]]:
+    """A server of its own in a new temporary folder, for work that may crash its backend (the
+    doctor's self-test): (its URL, its log). Stopped and deleted afterwards; the server of
+    `home` is never touched."""
+    home.mkdir(parents=True, exist_ok=True)
+    _prepare_runtime_dir(home)
+    import pgserver
+
+    # in the system's temporary folder: the server's Unix socket path must stay short
+    folder = Path(tempfile.mkdtemp(prefix="mp-selftest-"))
+    server = None
+    try:
+        server = pgserver.get_server(folder, cleanup_mode="delete")
+        yield server.get_uri(), folder / "log"
+    finally:
+        if server is not None:
+            server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)

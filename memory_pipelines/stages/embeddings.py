@@ -53,8 +53,8 @@ COUNTED_AS = {"memory_facts": "facts", "memory_chunks": "chunks", "knowledge_ent
 def _store(conn: psycopg.Connection, table: str, ids: list[int], vectors: np.ndarray, model_id: str) -> None:
     conn.execute(query("create_embedding_load"))
     with conn.cursor().copy(query("copy_embedding_load")) as copy:
-        copy.set_types(["int8", "vector"])
-        for row_id, vector in zip(ids, vectors.astype(np.float32)):
+        copy.set_types(["int8", "halfvec"])
+        for row_id, vector in zip(ids, vectors.astype(np.float16)):  # unit vectors: within halfvec range
             copy.write_row((row_id, vector))
     conn.execute(query("analyze_embedding_load"))
     conn.execute(sql.SQL(query("apply_embedding_load")).format(table=sql.Identifier(table)), {"model": model_id})

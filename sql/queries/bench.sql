@@ -129,7 +129,7 @@ SELECT turn_load_seconds, turn_index_seconds FROM bench_search_meta;
 -- name: bench_create_turn_load
 CREATE TEMP TABLE IF NOT EXISTS bench_turn_load (
     session_id text, seq bigint, user_id text, pos integer, role text, ts timestamptz, body text,
-    embedding vector, embedding_model text
+    embedding halfvec, embedding_model text
 ) ON COMMIT DELETE ROWS;
 
 -- name: bench_copy_turn_load
@@ -141,7 +141,7 @@ FROM STDIN WITH (FORMAT BINARY);
 INSERT INTO memory_turns (session_id, seq, user_id, pos, role, ts, language, body, keys, tsv, body_length,
                           content_hash, window_hash, embedding, embedding_model, partition_key, run_id)
 SELECT session_id, seq, user_id, pos, role, ts, 'english', body, '{}', memory_turn_tsv('english', body, '{}', user_id),
-       memory_turn_length('english', body), md5(body), md5(body), embedding::halfvec, embedding_model,
+       memory_turn_length('english', body), md5(body), md5(body), embedding, embedding_model,
        to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD'), 'bench'
 FROM bench_turn_load;
 

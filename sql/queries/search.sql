@@ -31,7 +31,7 @@ WHERE (t.embedding IS NULL OR t.embedding_model IS DISTINCT FROM %(model)s) AND 
 ORDER BY t.id LIMIT %(limit)s;
 
 -- name: create_embedding_load
-CREATE TEMP TABLE IF NOT EXISTS embedding_load (id bigint PRIMARY KEY, embedding vector) ON COMMIT DROP;
+CREATE TEMP TABLE IF NOT EXISTS embedding_load (id bigint PRIMARY KEY, embedding halfvec) ON COMMIT DROP;
 
 -- name: copy_embedding_load
 COPY embedding_load (id, embedding) FROM STDIN WITH (FORMAT BINARY);
@@ -51,10 +51,10 @@ DROP INDEX IF EXISTS {index};
 
 -- name: fact_vector_search
 SELECT id, user_id, category, key, value, confidence, last_verified_at, session_id, seq_start, seq_end,
-       embedding <=> %(vector)s AS distance
+       embedding <=> %(vector)s::halfvec AS distance
 FROM memory_facts
 WHERE merged_into IS NULL AND embedding_model = %(model)s AND (%(all_users)s OR user_id = %(user_id)s)
-ORDER BY embedding <=> %(vector)s, id
+ORDER BY embedding <=> %(vector)s::halfvec, id
 LIMIT %(limit)s;
 
 -- name: fact_text_search
@@ -75,14 +75,14 @@ LIMIT %(scan_limit)s;
 -- Both are bound values, so the planner sees how common the terms are and picks the GIN
 -- index or the user's rows (a few hundred per user: it took the latter at 200k and 1M).
 WITH by_vector AS (
-    SELECT id, embedding <=> %(vector)s::vector AS distance,
-           row_number() OVER (ORDER BY embedding <=> %(vector)s::vector, id) AS vector_rank
+    SELECT id, embedding <=> %(vector)s::halfvec AS distance,
+           row_number() OVER (ORDER BY embedding <=> %(vector)s::halfvec, id) AS vector_rank
     FROM memory_chunks
     WHERE embedding_model = %(model)s AND (%(all_users)s OR user_id = %(user_id)s)
       AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
       AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
            OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = memory_chunks.session_id))
-    ORDER BY embedding <=> %(vector)s::vector, id
+    ORDER BY embedding <=> %(vector)s::halfvec, id
     LIMIT %(vector_limit)s
 ),
 by_text AS (
@@ -194,7 +194,7 @@ SELECT user_id FROM sessions WHERE session_id = %(session_id)s;
 -- all of theirs), a process's entries when named, and global ones; expired ones leave.
 SELECT id, entry_key, user_id, kind, title, content, tags, scope, scope_id, consent_basis, updated_at, session_id,
        seq_start, seq_end, version,
-       CASE WHEN embedding_model = %(model)s THEN embedding <=> %(vector)s END AS distance,
+       CASE WHEN embedding_model = %(model)s THEN embedding <=> %(vector)s::halfvec END AS distance,
        ts_rank_cd(search_tsv, to_tsquery('simple', %(tsquery)s)) AS text_rank,
        search_tsv @@ to_tsquery('simple', %(tsquery)s) AS text_match
 FROM knowledge_entries

@@ -21,7 +21,7 @@ from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.search import (
     AccessDenied, MemorySearch, UnifiedMemorySearch, format_hits, recall, write_sketch,
 )
-from tests.helpers import materialize_partitions, pipeline_resources
+from tests.helpers import HALFVEC_ATOL, materialize_partitions, pipeline_resources
 
 DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
 USERS = ["alice", "bob", "carol", "dmitri", "emi", "fatima", "wei"]
@@ -36,9 +36,9 @@ def sample_url(make_module_sample_database):
 @pytest.fixture
 def conn(sample_url):
     with psycopg.connect(sample_url) as connection:
-        from pgvector.psycopg import register_vector
+        from memory_pipelines.db.vectors import register_vector_types
 
-        register_vector(connection)
+        register_vector_types(connection)
         yield connection
         connection.rollback()
 
@@ -267,6 +267,6 @@ def test_every_stored_embedding_describes_the_rows_current_text(conn):
         stored = dict(conn.execute(f"SELECT id, embedding FROM {table} WHERE embedding_model = %s",
                                    (EMBEDDER.model_id,)).fetchall())
         for (row_id, text, _), vector in zip(rows, EMBEDDER.embed([t for _, t, _ in rows])):
-            assert np.allclose(stored[row_id].to_numpy(), vector, atol=1e-5), (table, row_id, text)
+            assert np.allclose(stored[row_id].to_numpy(), vector, atol=HALFVEC_ATOL), (table, row_id, text)
             checked += 1
     assert checked > 50

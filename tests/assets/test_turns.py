@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pgvector.psycopg import register_vector
+from memory_pipelines.db.vectors import register_vector_types
 
 from assets.definitions import all_assets
 from assets.search_assets import memory_embeddings, memory_turns
@@ -25,7 +25,7 @@ from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.records import Message
 from memory_pipelines.search import UnifiedMemorySearch, format_served, recall
 from memory_pipelines.turns import build_turns, window_text
-from tests.helpers import content_fingerprints, materialize_partitions, materialize_range, pipeline_resources
+from tests.helpers import HALFVEC_ATOL, content_fingerprints, materialize_partitions, materialize_range, pipeline_resources
 
 DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
 USERS = ["alice", "bob", "carol", "dmitri", "emi", "fatima", "wei"]
@@ -41,7 +41,7 @@ def sample_url(make_module_sample_database):
 @pytest.fixture
 def conn(sample_url):
     with psycopg.connect(sample_url) as connection:
-        register_vector(connection)
+        register_vector_types(connection)
         yield connection
         connection.rollback()
 
@@ -110,17 +110,17 @@ def test_a_turn_is_embedded_again_when_its_next_neighbour_arrives(database_url, 
     materialize_partitions(assets, ["2026-10-01"], database_url, tmp_path)
     embedded = "SELECT window_hash, embedding FROM memory_turns WHERE session_id = 'late-1' AND seq = 1"
     with psycopg.connect(database_url) as conn:
-        register_vector(conn)
+        register_vector_types(conn)
         first_hash, first = conn.execute(embedded).fetchone()
     write(turns + [{"session_id": "late-1", "user_id": "ann", "seq": 2, "role": "user", "content": "thanks, and the db?",
                     "ts": "2026-10-02T00:01:00Z"}])
     materialize_partitions(assets, ["2026-10-02"], database_url, tmp_path)
     with psycopg.connect(database_url) as conn:
-        register_vector(conn)
+        register_vector_types(conn)
         second_hash, second = conn.execute(embedded).fetchone()
     assert second_hash != first_hash and not (first.to_numpy() == second.to_numpy()).all()
     expected = EMBEDDER.embed([window_text("which port for the api?", "use 9090", "thanks, and the db?")])[0]
-    assert max(abs(a - b) for a, b in zip(second.to_numpy(), expected, strict=True)) < 1e-3  # halfvec precision
+    assert max(abs(a - b) for a, b in zip(second.to_numpy(), expected, strict=True)) < HALFVEC_ATOL
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

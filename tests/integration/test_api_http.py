@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import httpx
 import psycopg
 import pytest
-from pgvector.psycopg import register_vector
+from memory_pipelines.db.vectors import register_vector_types
 
 from memory_pipelines import graph, lineage
 from memory_pipelines.embed import build_embedder, embed_config
@@ -78,7 +78,7 @@ def query_module(api, monkeypatch):
     embedder = build_embedder(embed_config())
     # autocommit: what a search counts (accesses) is not held locked while the server works
     with psycopg.connect(api.database_url, autocommit=True) as conn:
-        register_vector(conn)
+        register_vector_types(conn)
         yield conn, embedder
     embedder.close()
 

@@ -17,7 +17,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from pgvector.psycopg import register_vector
+from memory_pipelines.db.vectors import register_vector_types
 
 from memory_pipelines import graph, lineage
 from memory_pipelines.embed import build_embedder, embed_config
@@ -72,7 +72,7 @@ def expected_search(url: str, text: str, user: str, budget: int) -> tuple[list, 
     embedder = build_embedder(embed_config())
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            register_vector(conn)
+            register_vector_types(conn)
             served = UnifiedMemorySearch(conn, embedder).serve(text, "all", 5, user, budget_chars=budget)
     finally:
         embedder.close()
@@ -139,7 +139,7 @@ def test_stdio_lists_every_tool_and_each_answers_as_the_query_module(mcp_setup):
     assert structured(out["forget"])["deleted"] == 1
 
     with psycopg.connect(url, autocommit=True) as conn:
-        register_vector(conn)
+        register_vector_types(conn)
         expected_ctx = context_for(conn, "s-bob-0005", None, limit=4)
         assert structured(out["context"])["messages"] == expected_ctx.chat_messages("")
         assert structured(out["recall"])["hits"] and structured(out["recall"])["session_id"] == "s-bob-0008"

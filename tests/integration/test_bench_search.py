@@ -7,11 +7,11 @@ import json
 
 import numpy as np
 import psycopg
-from pgvector.psycopg import register_vector
+from memory_pipelines.db.vectors import register_vector_types
 from psycopg import sql
 
 from memory_pipelines.embed import EmbedConfig, build_embedder
-from tests.helpers import with_database
+from tests.helpers import HALFVEC_ATOL, with_database
 from tests.integration.test_cli import cli
 
 ARGS = ["bench", "search", "--users", "5", "--chunks", "300", "--facts", "50", "--queries", "5", "--json"]
@@ -41,7 +41,7 @@ def test_bench_search_builds_measures_and_reuses(database_url, pg_admin_url):
         with psycopg.connect(database_url) as conn:
             assert conn.execute("SELECT count(*) FROM memory_chunks").fetchone()[0] == 0
         with psycopg.connect(with_database(database_url, NAME)) as conn:
-            register_vector(conn)
+            register_vector_types(conn)
             counts = conn.execute("SELECT (SELECT count(*) FROM memory_chunks), (SELECT count(*) FROM memory_facts), "
                                   "(SELECT count(DISTINCT user_id) FROM memory_chunks)").fetchone()
             assert counts == (300, 50, 5)
@@ -52,7 +52,7 @@ def test_bench_search_builds_measures_and_reuses(database_url, pg_admin_url):
                 "SELECT '[' || category || '] ' || replace(key, '_', ' ') || ': ' || value, embedding "
                 "FROM memory_facts ORDER BY id LIMIT 20").fetchall()
         expected = build_embedder(EmbedConfig()).embed([text for text, _ in rows])
-        assert np.allclose([v.to_numpy() for _, v in rows], expected, atol=1e-5)
+        assert np.allclose([v.to_numpy() for _, v in rows], expected, atol=HALFVEC_ATOL)
 
         again = cli(*ARGS, timeout=120)
         assert again.returncode == 0, again.stderr
