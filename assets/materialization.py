@@ -2,7 +2,9 @@
 run, the materialization metadata (counts, partition window, model calls and tokens, a
 markdown preview), the log lines, and the asset's quality checks over what it wrote."""
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import dagster as dg
 
@@ -11,6 +13,7 @@ from assets.partitions import partition_key, split_partition_keys
 from assets.resources import PostgresResource
 from memory_pipelines.db import repository
 from memory_pipelines.db.connection import get_pool
+from memory_pipelines.db.outage import DatabaseLost, ServerLog, connection_lost
 from memory_pipelines.reporting import markdown_table
 from memory_pipelines.stages.common import StageReport, Window
 
@@ -22,6 +25,27 @@ def stage_window(context: dg.AssetExecutionContext) -> Window:
     with get_pool(context.resources.postgres.url()).connection() as conn:
         repository.check_shard_layout(conn, shard.count)
     return Window(days, context.run_id, shard)
+
+
+def naming_outages(body: Callable[..., Iterator]) -> Callable[..., Iterator]:
+    """An asset body whose database went away under it (a crashed server process, a stop)
+    fails its step in one line: what the embedded server's log says ended it, the step's
+    days, what to do. Its stage committed what it finished; the retry starts from there."""
+
+    @functools.wraps(body)
+    def step(context: dg.AssetExecutionContext, postgres: PostgresResource, **resources) -> Iterator:
+        log = ServerLog.of_home(Path(postgres.home), postgres.database_url)
+        try:
+            yield from body(context, postgres=postgres, **resources)
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+            keys = context.partition_key_range
+            days = keys.start if keys.start == keys.end else f"{keys.start}..{keys.end}"
+            raise DatabaseLost(f"materializing {context.op_def.name} for {days}", log,
+                               then="the step is retried; run these days again if it fails") from None
+
+    return step
 
 
 def call_metadata(report: StageReport) -> dict:

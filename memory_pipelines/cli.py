@@ -1375,9 +1375,28 @@ def _error(message: str) -> None:
         print(f"memory-pipelines: error: {line}", file=sys.stderr)
 
 
+# what a command was doing when the database went away, as its one-line error says it
+DOING = {"run": "running the pipeline", "search": "searching", "context": "reading a session's context",
+         "turns": "listing turns", "serve": "serving", "forget": "forgetting", "merge": "merging"}
+
+
+def _server_log():
+    """Where the embedded server's log ends as the command begins (settings unreadable: none)."""
+    from memory_pipelines.db.outage import ServerLog
+
+    try:
+        settings = _settings()
+    except ConfigError:
+        return ServerLog(None)
+    return ServerLog.of_home(settings.home, settings.database_url)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # a pool refilling while the server restarts: the command's own error says what happened
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    server_log = _server_log()
     try:
         if args.func is not cmd_config:  # every setting checked before anything runs
             for warning in validate_environment():
@@ -1390,6 +1409,13 @@ def main(argv: list[str] | None = None) -> int:
         _error(str(exc))
         return 1
     except Exception as exc:  # noqa: BLE001 - the CLI promises a one-line reason, never a traceback
+        from memory_pipelines.db.outage import DatabaseLost, connection_lost
+
+        if connection_lost(exc):
+            _error(str(DatabaseLost(DOING.get(args.command, f"running `{args.command}`"), server_log)))
+            if args.verbose:
+                raise
+            return 1
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"memory-pipelines: error: {type(exc).__name__}: {reason}", file=sys.stderr)
         if args.verbose:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from memory_pipelines.api.asgi import AccessLog, BodyLimit, bearer, note_key
-from memory_pipelines.api.service import ApiError, Caller, MemoryService
+from memory_pipelines.api.service import RETRY_AFTER_SECONDS, ApiError, Caller, MemoryService
 from memory_pipelines.config import ApiSettings
 from memory_pipelines.facts import SOURCES
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES
@@ -180,8 +180,10 @@ def create_app(service: MemoryService | None = None, settings: ApiSettings | Non
 
     @app.exception_handler(psycopg.OperationalError)
     async def database_down(request: Request, exc: Exception) -> JSONResponse:
-        log.error("database unavailable: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        return _error(503, "database_unavailable", "the database cannot be reached; try again")
+        lost = request.app.state.service.database_lost(exc, f"answering {request.url.path}")
+        log.error("database unavailable: %s", lost or (str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+        return _error(503, "database_unavailable", lost or f"the database cannot be reached; try again in "
+                      f"{RETRY_AFTER_SECONDS} s", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     @app.exception_handler(Exception)
     async def failed(request: Request, exc: Exception) -> JSONResponse:
@@ -194,7 +196,8 @@ def create_app(service: MemoryService | None = None, settings: ApiSettings | Non
             with anyio.fail_after(min(5.0, settings.timeout)):
                 return JSONResponse(await anyio.to_thread.run_sync(request.app.state.service.health))
         except (psycopg.Error, TimeoutError):
-            return _error(503, "database_unavailable", "the database does not answer")
+            return _error(503, "database_unavailable", "the database does not answer",
+                          headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     @app.get("/v1/search", summary="unified search within a context budget")
     async def search(request: Request, q: Annotated[str, Query(description="the question")],

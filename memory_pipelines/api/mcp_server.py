@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import anyio
+import psycopg
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent
@@ -59,6 +60,11 @@ def build_server(service: MemoryService, settings: ApiSettings | None = None) ->
             raise error(f"{exc.code}: {exc.message}") from None
         except TimeoutError:
             raise error(f"timeout: the call took over {settings.timeout:g} s (MEMORY_API_TIMEOUT)") from None
+        except psycopg.OperationalError as exc:
+            lost = service.database_lost(exc, "answering a tool call")
+            if lost is None:
+                raise
+            raise error(f"database_unavailable: {lost}") from None
 
     @server.tool(description=(
         "Search this user's memory: facts, passages of past conversation turns, working notes and knowledge "

@@ -26,6 +26,7 @@ from memory_pipelines import graph, lineage
 from memory_pipelines.api.keys import ApiKey, authenticate
 from memory_pipelines.config import DecaySettings
 from memory_pipelines.db import repository
+from memory_pipelines.db.outage import DatabaseLost, ServerLog, connection_lost
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder
 from memory_pipelines.forks import ForkError, fork_session, merge_fork, restore_merge
@@ -48,6 +49,8 @@ API = "api"  # the model and prompt version of what the API writes
 MAX_K = 20
 MAX_QUESTION_CHARS = 10_000  # a question, not a document: longer ones are refused, not cut
 STATEMENT_TIMEOUT_MS = 10_000
+# what a client is told to wait after the database went away: a crashed server recovers in about a second
+RETRY_AFTER_SECONDS = 5
 
 
 class ApiError(Exception):
@@ -128,10 +131,11 @@ class MemoryService:
 
     def __init__(self, pool: ConnectionPool, embedder: Embedder, *,
                  chat: Callable[[], ModelConfig] = chat_config, decision: Callable[[], ModelConfig] = decision_config,
-                 statement_timeout_ms: int = STATEMENT_TIMEOUT_MS):
+                 statement_timeout_ms: int = STATEMENT_TIMEOUT_MS, server_log: ServerLog | None = None):
         self.pool, self.embedder = pool, embedder
         self._chat, self._decision = chat, decision
         self.statement_timeout_ms = statement_timeout_ms
+        self.server_log = server_log or ServerLog(None)
 
     @classmethod
     def open(cls) -> "MemoryService":
@@ -143,10 +147,18 @@ class MemoryService:
 
         settings, api = Settings.from_env(), ApiSettings.from_env()
         pool = get_pool(resolve_url(settings.database_url, settings.home), max_size=api.pool_size)
-        return cls(pool, build_embedder(embed_config()), statement_timeout_ms=int(api.timeout * 1000))
+        return cls(pool, build_embedder(embed_config()), statement_timeout_ms=int(api.timeout * 1000),
+                   server_log=ServerLog.of_home(settings.home, settings.database_url))
 
     def close(self) -> None:
         self.embedder.close()
+
+    def database_lost(self, exc: BaseException, doing: str) -> str | None:
+        """The one line for a request whose database connection ended under it (None: `exc`
+        is another error): what the server's log says, and when to try again."""
+        if not connection_lost(exc):
+            return None
+        return str(DatabaseLost(doing, self.server_log, then=f"try again in {RETRY_AFTER_SECONDS} s"))
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection]:
