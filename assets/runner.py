@@ -25,7 +25,7 @@ from psycopg import sql
 from tqdm import tqdm
 
 from assets.partitions import SHARD_TAG, SHARDS, TRANSIENT_RETRIES, daily_partitions, partition_key
-from memory_pipelines.config import setting
+from memory_pipelines.config import MANAGED_MARK, dagster_home, setting
 from memory_pipelines.db.queries import query
 from memory_pipelines.shards import Shard
 from memory_pipelines.stages.common import progress_bars
@@ -34,8 +34,6 @@ DAGSTER_SCHEMA = "dagster"
 
 INSTANCE_TEMPLATE = Path(__file__).with_name("dagster_instance.yaml")
 
-
-MANAGED_MARK = "# Managed by memory-pipelines"
 PARTITION_TAG = "dagster/partition"
 PLANNED_EVENTS_SWITCH = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
 EVENT_BATCH_SWITCH = "DAGSTER_EVENT_BATCH_SIZE"
@@ -76,9 +74,9 @@ def ensure_dagster_home(home: Path, database_url: str | None = None) -> Path:
     off and keeps Dagster's runs and events on the pipeline's PostgreSQL (schema `dagster`):
     the server of MEMORY_DATABASE_URL or the embedded one. A dagster.yaml without our mark is
     the user's own and left alone."""
-    dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    config = dagster_home / "dagster.yaml"
+    folder = dagster_home(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "dagster.yaml"
     if not config.exists() or config.read_text(encoding="utf-8").startswith(MANAGED_MARK):
         text = INSTANCE_TEMPLATE.read_text(encoding="utf-8") + _run_queue()
         if database_url:
@@ -87,11 +85,11 @@ def ensure_dagster_home(home: Path, database_url: str | None = None) -> Path:
             text += _postgres_storage(dagster_storage_url(database_url))
         # written aside and renamed: a process starting at the same moment must never read
         # a half-written file and take it for the user's own
-        fd, partial = tempfile.mkstemp(dir=dagster_home, prefix=".dagster.yaml.")  # owner-only
+        fd, partial = tempfile.mkstemp(dir=folder, prefix=".dagster.yaml.")  # owner-only
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
         os.replace(partial, config)
-    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    os.environ["DAGSTER_HOME"] = str(folder)
     # One "materialization planned" event per asset for a ranged run instead of one per asset
     # and day (each its own commit: 4 of the 6.8 minutes of a 722-day run went there). The
     # days a run materializes still show materialized; a failed ranged run's days show missing
@@ -102,7 +100,7 @@ def ensure_dagster_home(home: Path, database_url: str | None = None) -> Path:
     # event storage inserts a batch in one statement, where each event alone took a connection
     # and a commit (167 of the 221 s of a 719-day run on SQLite went there).
     os.environ.setdefault(EVENT_BATCH_SWITCH, str(EVENT_BATCH_SIZE))
-    return dagster_home
+    return folder
 
 
 class RunFailed(RuntimeError):

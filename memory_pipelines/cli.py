@@ -910,6 +910,15 @@ def _derived_values() -> dict[str, object]:
     return values
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from memory_pipelines.doctor import FAIL, as_json, diagnose
+
+    checks = diagnose(echo=None if args.json else lambda check: print(check.line(), flush=True))
+    if args.json:
+        print(json.dumps(as_json(checks), indent=2))
+    return 1 if any(check.status == FAIL for check in checks) else 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     from memory_pipelines.config import SPECS, mask_url, raw_value, setting
 
@@ -1323,6 +1332,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--depth", type=int, help="levels to print from the top (default: all)")
     show.set_defaults(func=cmd_tree_show)
 
+    doctor = sub.add_parser("doctor", help="what to check when something is wrong: the settings, this CPU, the "
+                                           "database (and a self-test on a throwaway server), disk, the embedder, "
+                                           "model servers, Dagster's home; a line each, ok/warn/fail with the fix; "
+                                           "exit 1 on a fail")
+    doctor.add_argument("--json", action="store_true", help="the checks as a JSON list")
+    doctor.set_defaults(func=cmd_doctor)
+
     config = sub.add_parser("config", help="the effective settings (secrets masked) and where each came from; "
                                            "exit 2 when one is invalid")
     config.set_defaults(func=cmd_config)
@@ -1398,7 +1414,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     server_log = _server_log()
     try:
-        if args.func is not cmd_config:  # every setting checked before anything runs
+        if args.func not in (cmd_config, cmd_doctor):  # every setting checked before anything runs (they say it)
             for warning in validate_environment():
                 print(f"memory-pipelines: warning: {warning}", file=sys.stderr)
         return args.func(args)

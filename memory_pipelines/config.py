@@ -44,6 +44,16 @@ def default_home() -> Path:
     return Path(data_home) / "memory-pipelines"
 
 
+# The first line of a dagster.yaml memory-pipelines wrote (and may write again); one without
+# it is the user's own and left alone.
+MANAGED_MARK = "# Managed by memory-pipelines"
+
+
+def dagster_home(home: Path) -> Path:
+    """DAGSTER_HOME, default MEMORY_HOME/dagster."""
+    return Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
+
+
 # --- parsers: each takes the stripped text and returns the value, or raises ValueError ---
 
 @dataclass(frozen=True)

@@ -25,10 +25,6 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
-import duckdb
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from memory_pipelines.records import TRANSCRIPT_FORMATS, Message, QuarantineReason
 
 TRANSCRIPT_SUFFIXES = (".jsonl", ".ndjson", ".parquet", ".json")
@@ -399,6 +395,12 @@ def _json_array_records(data: bytes) -> Iterator[RawRecord]:
 
 
 def _parquet_records(data: bytes) -> Iterator[RawRecord]:
+    # imported where a Parquet file is read: the duckdb wheel needs an x86-64-v3 CPU, and a
+    # command that reads none (`doctor` saying so) must not die importing it
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         table = pq.read_table(pa.BufferReader(data))
         # DuckDB writes each row's JSON, as reading the file with read_parquet did

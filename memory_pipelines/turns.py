@@ -19,24 +19,16 @@ from datetime import datetime
 from memory_pipelines.knowledge import DecayTerms, decay_terms
 from memory_pipelines.knowledge import importance as knowledge_importance
 from memory_pipelines.records import Message, TurnRow
-from memory_pipelines.rules.text import content_words, detect_language
+from memory_pipelines.rules.text import content_words, detect_language, text_search_config
 
 TOOL_RESULT_CHARS = 2000
 # what the embedding of a turn reads: the turn, and the ends of its neighbours that touch it
 OWN_CHARS, NEIGHBOUR_CHARS = 1600, 600
 MAX_KEYS = 20
-# the detected language (memory_pipelines.rules.text) -> PostgreSQL text search configuration
-# (stemming and stop words); anything else is `simple`: words as they are
-TEXT_SEARCH_CONFIGS = {"en": "english", "de": "german", "es": "spanish", "fr": "french", "it": "italian",
-                       "pt": "portuguese", "nl": "dutch"}
 INDEXED_ROLES = ("user", "assistant", "tool")
 # the importance of a turn no distilled row cites: below every cited one (the least, an event
 # at confidence 0.5, is 0.15), so it fades fastest and never outranks cited memory of its age
 UNCITED_TURN_IMPORTANCE = 0.1
-
-
-def text_search_config(language: str) -> str:
-    return TEXT_SEARCH_CONFIGS.get(language, "simple")
 
 
 def render_body(m: Message) -> str:

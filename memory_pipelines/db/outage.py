@@ -9,6 +9,7 @@ client sees only "server closed the connection unexpectedly": the log says why.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ _SIGNAL = re.compile(r"\(PID \d+\) was terminated by signal (\d+)(?::\s*(.+?))?\
 _SHUTDOWN = re.compile(r"received (smart|fast|immediate) shutdown request")
 # The most of the log read back: the lines a failure wrote are at its end.
 LOG_TAIL_BYTES = 1 << 20
+LOG_WAIT_SECONDS = 3.0
 
 
 def connection_lost(exc: BaseException) -> bool:
@@ -74,8 +76,16 @@ class ServerLog:
         embedded_server = database_url is None or embedded.serves(home, database_url)
         return cls(embedded.log_path(home) if embedded_server else None)
 
-    def end(self) -> ServerEnd | None:
-        """The last signal or shutdown logged since watching began."""
+    def end(self, wait_seconds: float = LOG_WAIT_SECONDS) -> ServerEnd | None:
+        """The last signal or shutdown logged since watching began, waiting up to
+        `wait_seconds` for it: the postmaster logs a process's end only once it has reaped
+        it, a moment after the client saw its connection drop."""
+        deadline = time.monotonic() + wait_seconds
+        while (found := self._read()) is None and self.path is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return found
+
+    def _read(self) -> ServerEnd | None:
         if self.path is None or not self.path.exists():
             return None
         with self.path.open("rb") as log:

@@ -27,7 +27,7 @@ from memory_pipelines.db.migrations import migrate
 from memory_pipelines.db.outage import ServerLog, connection_lost
 from memory_pipelines.db.queries import query
 from memory_pipelines.db.vectors import register_vector_types
-from memory_pipelines.turns import TEXT_SEARCH_CONFIGS
+from memory_pipelines.rules.text import TEXT_SEARCH_CONFIGS
 
 # pgvector's functions the project's SQL calls, as regprocedure prints them.
 PGVECTOR_FUNCTIONS = frozenset({
@@ -92,6 +92,7 @@ def _trigrams(conn: psycopg.Connection) -> str:
     return "" if found == 111 else f"the trigram index found {found} of 111 rows"  # 1, 10-19, 100-199
 
 
+MIGRATIONS = "migrations (pgvector, pg_trgm, the schema)"
 PROBES: tuple[tuple[str, Callable[[psycopg.Connection], str]], ...] = (
     ("halfvec storage and distance", _vectors),
     ("vector to halfvec (migration 0025)", _vector_cast),
@@ -113,12 +114,24 @@ def _wait_for_server(url: str) -> None:
             time.sleep(0.2)
 
 
+def _failure(exc: psycopg.Error, log: ServerLog) -> str:
+    if not connection_lost(exc):
+        return str(exc).strip().splitlines()[0]
+    end = log.end()
+    return "killed the server process" + (f" ({end.describe()})" if end is not None else "")
+
+
 def run_selftest(url: str, log_path: Path | None) -> list[Probe]:
-    """Migrate the database at `url`, then run every probe on a connection of its own. A
-    probe that crashes the server is reported with what its log says, and the rest run once
-    the server accepts connections again. Meant for a throwaway server."""
-    migrate(url)
-    results = []
+    """Migrate the database at `url` (creating pgvector loads its library), then run every
+    probe on a connection of its own. A probe that crashes the server is reported with what
+    its log says, and the rest run once the server accepts connections again. Meant for a
+    throwaway server."""
+    log = ServerLog(log_path)
+    try:
+        migrate(url)
+    except psycopg.Error as exc:
+        return [Probe(MIGRATIONS, False, _failure(exc, log))]
+    results = [Probe(MIGRATIONS, True)]
     for name, probe in PROBES:
         log = ServerLog(log_path)
         try:
@@ -127,11 +140,7 @@ def run_selftest(url: str, log_path: Path | None) -> list[Probe]:
                 problem = probe(conn)
             results.append(Probe(name, not problem, problem))
         except psycopg.Error as exc:
-            if not connection_lost(exc):
-                results.append(Probe(name, False, str(exc).strip().splitlines()[0]))
-                continue
-            end = log.end()
-            results.append(Probe(name, False, "killed the server process"
-                                 + (f" ({end.describe()})" if end is not None else "")))
-            _wait_for_server(url)
+            results.append(Probe(name, False, _failure(exc, log)))
+            if connection_lost(exc):
+                _wait_for_server(url)
     return results

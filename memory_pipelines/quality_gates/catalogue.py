@@ -21,7 +21,8 @@ from memory_pipelines.records import (
 )
 from memory_pipelines.quality_gates.expectations import FrameValidation, QualityResult
 from memory_pipelines.rules.noise import DROP_THRESHOLD
-from memory_pipelines.turns import INDEXED_ROLES, TEXT_SEARCH_CONFIGS
+from memory_pipelines.rules.text import TEXT_SEARCH_CONFIGS
+from memory_pipelines.turns import INDEXED_ROLES
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,15 @@ STOPWORDS = {
 }
 ALL_STOPWORDS = set().union(*STOPWORDS.values())
 
+# the detected language (detect_language) -> PostgreSQL text search configuration (stemming
+# and stop words); anything else is `simple`: words as they are
+TEXT_SEARCH_CONFIGS = {"en": "english", "de": "german", "es": "spanish", "fr": "french", "it": "italian",
+                       "pt": "portuguese", "nl": "dutch"}
+
+
+def text_search_config(language: str) -> str:
+    return TEXT_SEARCH_CONFIGS.get(language, "simple")
+
 
 def words(text: str) -> list[str]:
     return [w.casefold() for w in _WORD.findall(text)]

@@ -13,6 +13,16 @@ SELECT version, checksum FROM schema_migrations ORDER BY version;
 INSERT INTO schema_migrations (version, name, checksum)
 VALUES (%(version)s, %(name)s, %(checksum)s);
 
+-- name: server_facts
+-- What `memory-pipelines doctor` reports of the server: its version, the extensions' versions,
+-- whether pgvector has halfvec (0.7 and newer; every embedding is one), and whether the
+-- migration ledger exists yet.
+SELECT current_setting('server_version'),
+       (SELECT extversion FROM pg_extension WHERE extname = 'vector'),
+       (SELECT extversion FROM pg_extension WHERE extname = 'pg_trgm'),
+       to_regtype('halfvec') IS NOT NULL,
+       to_regclass('schema_migrations') IS NOT NULL;
+
 -- name: extension_installed
 SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = %(name)s);
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from assets.runner import DAGSTER_SCHEMA, MANAGED_MARK, ensure_dagster_home
+from assets.runner import DAGSTER_SCHEMA, ensure_dagster_home
+from memory_pipelines.config import MANAGED_MARK
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from tests.helpers import content_fingerprints
 from tests.helpers import ENTRY

@@ -42,7 +42,7 @@ def test_the_log_names_the_signal_written_since_watching_began(tmp_path):
     path = tmp_path / "log"
     path.write_text(OLD_CRASH)
     log = ServerLog(path)
-    assert log.end() is None  # the old crash was before the command
+    assert log.end(wait_seconds=0) is None  # the old crash was before the command
     with path.open("a") as out:
         out.write(CRASH)
     assert log.end() == ServerEnd(signal=4, signal_name="Illegal instruction")
@@ -51,7 +51,7 @@ def test_the_log_names_the_signal_written_since_watching_began(tmp_path):
     with path.open("a") as out:
         out.write(STOP)
     assert log.end() == ServerEnd(shutdown="fast")  # the latest
-    assert ServerLog(tmp_path / "absent").end() is None
+    assert ServerLog(tmp_path / "absent").end(wait_seconds=0.2) is None
 
 
 def test_the_line_says_what_happened_where_to_look_and_what_to_do(tmp_path):
