@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -252,46 +252,57 @@ class DecayCandidate:
     last_accessed_at: datetime | None
     valid_until: datetime | None
     has_pii: bool
+    run_id: str = ""  # the run that stored it last
 
 
 @dataclass(frozen=True)
 class DecayVerdict:
     candidate: DecayCandidate
     score: float
-    # archived: expired, pii_retention or decayed; kept: too_young, recently_accessed,
-    # above_threshold, facts_not_decayed, older_statement_kept
+    # archived: expired, pii_retention or decayed; kept: stored_this_run, too_young,
+    # recently_accessed, above_threshold, facts_not_decayed, older_statement_kept
     reason: str
     archived: bool
+    as_of: datetime  # the moment it was judged from: its user's newest message
 
 
 def plan_decay(candidates: Sequence[DecayCandidate], triples: Sequence[Triple], as_of: datetime, *,
                min_age: timedelta, threshold: float, base_rate: float, decay_facts: bool,
-               pii_retention: timedelta) -> list[DecayVerdict]:
-    """What decay does to each candidate as of `as_of` (conversation time).
+               pii_retention: timedelta, clocks: Mapping[str, datetime] | None = None,
+               run_id: str | None = None) -> list[DecayVerdict]:
+    """What decay does to each candidate as of its user's own clock (`clocks`: each user's
+    newest message; `as_of` for a row of no user or a user not in it), in conversation time:
+    memory ages by its owner's activity, never by another user's or the wall clock's.
 
-    Expired rows and PII past its retention go (explicit limits). Otherwise a row decays
-    only when it is at least `min_age` old and unaccessed that long and navra's score has
-    fallen below `threshold`; facts only when `decay_facts`. And never a newer statement
-    while an older one about the same subject stays: entries stating triples of one (user,
-    subject, relation) are archived oldest first, so a kept entry keeps every newer one."""
+    A row stored by run `run_id` (the run deciding) stays. Expired rows and PII past its
+    retention go (explicit limits). Otherwise a row decays only when it is at least
+    `min_age` old and unaccessed that long and navra's score has fallen below `threshold`;
+    facts only when `decay_facts`. And never a newer statement while an older one about the
+    same subject stays: entries stating triples of one (user, subject, relation) are
+    archived oldest first, so a kept entry keeps every newer one."""
+    clocks = clocks or {}
     verdicts: dict[int, DecayVerdict] = {}
     for c in candidates:
-        score = decay_score(c.importance, (as_of - c.seen_at).total_seconds() / 3600, c.access_count, base_rate)
-        if c.valid_until is not None and c.valid_until <= as_of:
+        now = clocks.get(c.user_id, as_of) if c.user_id is not None else as_of
+        score = decay_score(c.importance, max(0.0, (now - c.seen_at).total_seconds() / 3600), c.access_count,
+                            base_rate)
+        if run_id is not None and c.run_id == run_id:
+            reason = "stored_this_run"
+        elif c.valid_until is not None and c.valid_until <= now:
             reason = "expired"
-        elif c.has_pii and c.seen_at < as_of - pii_retention:
+        elif c.has_pii and c.seen_at < now - pii_retention:
             reason = "pii_retention"
         elif c.source_table == "memory_facts" and not decay_facts:
             reason = "facts_not_decayed"
-        elif as_of - c.seen_at < min_age:
+        elif now - c.seen_at < min_age:
             reason = "too_young"
-        elif c.last_accessed_at is not None and as_of - c.last_accessed_at < min_age:
+        elif c.last_accessed_at is not None and now - c.last_accessed_at < min_age:
             reason = "recently_accessed"
         elif score >= threshold:
             reason = "above_threshold"
         else:
             reason = "decayed"
-        verdicts[id(c)] = DecayVerdict(c, score, reason, reason in ("expired", "pii_retention", "decayed"))
+        verdicts[id(c)] = DecayVerdict(c, score, reason, reason in ("expired", "pii_retention", "decayed"), now)
     by_user: dict[str, list[Triple]] = {}  # a memory states only its own user's triples
     for t in triples:
         by_user.setdefault(t.user_id, []).append(t)
@@ -308,7 +319,7 @@ def plan_decay(candidates: Sequence[DecayCandidate], triples: Sequence[Triple], 
             for c in sorted(members, key=lambda m: (m.seen_at, m.id)):
                 verdict = verdicts[id(c)]
                 if kept_before and verdict.reason == "decayed":
-                    verdicts[id(c)] = DecayVerdict(c, verdict.score, "older_statement_kept", False)
+                    verdicts[id(c)] = DecayVerdict(c, verdict.score, "older_statement_kept", False, verdict.as_of)
                     changed = True
                 kept_before = kept_before or not verdicts[id(c)].archived
     return [verdicts[id(c)] for c in candidates]

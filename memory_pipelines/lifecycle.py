@@ -7,6 +7,7 @@ import json
 import re
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -74,32 +75,41 @@ class DecayReport:
                 "max": round(ordered[-1], 4), "count": len(ordered)}
 
 
-def _archive(conn: psycopg.Connection, table: str, rows: list[dict], as_of: datetime, partition_key: str,
-             run_id: str) -> None:
+def _archive(conn: psycopg.Connection, table: str, rows: list[dict], partition_key: str, run_id: str) -> None:
+    """Move `rows` of `table` (id, key, reason, score, as_of: the moment each was judged from)
+    to memory_archive."""
     if not rows:
         return
     ids = [r["id"] for r in rows]
     if table == "memory_facts":  # hidden rows go with their survivor (they point at it)
-        conn.execute(query("archive_hidden_facts"), {"ids": ids, "as_of": as_of, "partition_key": partition_key,
+        conn.execute(query("archive_hidden_facts"), {"rows": Jsonb(rows), "partition_key": partition_key,
                                                       "run_id": run_id})
         conn.execute(query("delete_hidden_facts_of"), {"ids": ids})
     conn.execute(sql.SQL(query("archive_rows")).format(table=sql.Identifier(table)), {
-        "table": table, "rows": Jsonb(rows), "as_of": as_of, "partition_key": partition_key, "run_id": run_id})
+        "table": table, "rows": Jsonb(rows), "partition_key": partition_key, "run_id": run_id})
     conn.execute(sql.SQL(query("delete_rows")).format(table=sql.Identifier(table)), {"ids": ids})
 
 
 def decay_as_of(conn: psycopg.Connection, window_end: datetime, shard: Shard = ALL_USERS) -> datetime | None:
-    """The moment decay judges from: the newest message of the shard's users the pipeline
-    has seen before the window's end (conversation time, never the wall clock or a file's
-    date), so a backfill reproduces it and a shard never waits on another; None when nothing
-    was ingested yet."""
+    """The shard's clock: the newest message of its users the pipeline has seen before the
+    window's end (conversation time, never the wall clock or a file's date), so a backfill
+    reproduces it and a shard never waits on another; None when nothing was ingested yet.
+    Each user's memory is judged by that user's own clock (`user_clocks`); this one serves
+    rows of no user and tells whether anything happened since."""
     return conn.execute(query("newest_message_before"), {"before": window_end, **shard.params}).fetchone()[0]
 
 
+def user_clocks(conn: psycopg.Connection, user_ids: Sequence[str], before: datetime) -> dict[str, datetime]:
+    """Each user's newest message before `before`: the "now" their memory ages by."""
+    return {user: ts for user, ts in conn.execute(query("user_clocks"), {"user_ids": list(user_ids),
+                                                                         "before": before}) if ts is not None}
+
+
 def judge_decay(conn: psycopg.Connection, as_of: datetime, settings: DecaySettings,
-                user_id: str | None = None, shard: Shard = ALL_USERS) -> list[DecayVerdict]:
-    """What decay would do as of `as_of` to every knowledge entry and visible fact (of one
-    user, given one; of the shard's users), archiving nothing."""
+                user_id: str | None = None, shard: Shard = ALL_USERS, run_id: str | None = None) -> list[DecayVerdict]:
+    """What decay would do to every knowledge entry and visible fact seen by `as_of` (of one
+    user, given one; of the shard's users), each as of its user's newest message by then,
+    archiving nothing. Rows run `run_id` stored are kept."""
     with conn.cursor(row_factory=dict_row) as cur:
         candidates = [DecayCandidate(**row) for listing in ("decay_knowledge_candidates", "decay_fact_candidates")
                       for row in cur.execute(query(listing), {"as_of": as_of, "user_id": user_id,
@@ -107,18 +117,20 @@ def judge_decay(conn: psycopg.Connection, as_of: datetime, settings: DecaySettin
         users = sorted({c.user_id for c in candidates if c.user_id is not None})
         triples = [Triple(**row) for row in cur.execute(query("graph_statements"),
                                                         {"user_ids": users, "all_users": False}).fetchall()]
+    # a moment past as_of: the clock counts the message at as_of itself
+    clocks = user_clocks(conn, users, as_of + timedelta(microseconds=1))
     return plan_decay(candidates, triples, as_of, min_age=timedelta(days=settings.min_age_days),
                       threshold=settings.threshold, base_rate=settings.base_rate, decay_facts=settings.decay_facts,
-                      pii_retention=timedelta(days=settings.pii_retention_days))
+                      pii_retention=timedelta(days=settings.pii_retention_days), clocks=clocks, run_id=run_id)
 
 
 def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id: str,
           settings: DecaySettings = DecaySettings(), shard: Shard = ALL_USERS) -> DecayReport:
-    """Judge every knowledge entry and fact (of the shard's users) as of `as_of`
-    (`knowledge.plan_decay`) and move to memory_archive what it archives, and error memories
-    past their TTL."""
+    """Judge every knowledge entry and fact (of the shard's users) seen by `as_of`, each by
+    its user's clock (`knowledge.plan_decay`), and move to memory_archive what it archives
+    (never what this run stored), and error memories past their TTL."""
     report = DecayReport(as_of=as_of)
-    verdicts = judge_decay(conn, as_of, settings, shard=shard)
+    verdicts = judge_decay(conn, as_of, settings, shard=shard, run_id=run_id)
     for table in ("knowledge_entries", "memory_facts"):
         moving = []
         for v in verdicts:
@@ -128,12 +140,13 @@ def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id:
             (report.archived if v.archived else report.kept)[f"{table}:{v.reason}"] += 1
             if v.archived:
                 moving.append({"id": v.candidate.id, "key": v.candidate.key, "reason": v.reason,
-                               "score": round(v.score, 6)})
-        _archive(conn, table, moving, as_of, partition_key, run_id)
+                               "score": round(v.score, 6), "as_of": v.as_of.isoformat()})
+        _archive(conn, table, moving, partition_key, run_id)
     with conn.cursor(row_factory=dict_row) as cur:
-        expired = [{"id": r["id"], "key": r["key"], "reason": "ttl", "score": None}
-                   for r in cur.execute(query("expired_errors"), {"as_of": as_of, **shard.params}).fetchall()]
-    _archive(conn, "error_memory", expired, as_of, partition_key, run_id)
+        expired = [{"id": r["id"], "key": r["key"], "reason": "ttl", "score": None, "as_of": r["as_of"].isoformat()}
+                   for r in cur.execute(query("expired_errors"), {"as_of": as_of, "run_id": run_id,
+                                                                  **shard.params}).fetchall()]
+    _archive(conn, "error_memory", expired, partition_key, run_id)
     report.archived["error_memory:ttl"] += len(expired)
     return report
 
@@ -278,7 +291,7 @@ def pii_entries(conn: psycopg.Connection, user_id: str | None = None) -> list[di
 
 def expire_pii_older_than(conn: psycopg.Connection, age: timedelta, as_of: datetime, run_id: str = "manual") -> int:
     """Archive (reason pii_retention) entries that held PII and were last seen before `as_of - age`."""
-    old = [{"id": e["id"], "key": e["entry_key"], "reason": "pii_retention", "score": None}
+    old = [{"id": e["id"], "key": e["entry_key"], "reason": "pii_retention", "score": None, "as_of": as_of.isoformat()}
            for e in pii_entries(conn) if e["updated_at"] < as_of - age]
-    _archive(conn, "knowledge_entries", old, as_of, as_of.date().isoformat(), run_id)
+    _archive(conn, "knowledge_entries", old, as_of.date().isoformat(), run_id)
     return len(old)

@@ -23,7 +23,7 @@ from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder, EmbeddingError
 from memory_pipelines.knowledge import DECAY_FORMULA, Triple, superseded_by
-from memory_pipelines.lifecycle import decay_as_of
+from memory_pipelines.lifecycle import user_clocks
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES, ForkPoint
 from memory_pipelines.passages import (
     AFTER, BEFORE, Budget, Passage, Turn, TurnSearch, fill_passages, search_passages,
@@ -739,10 +739,11 @@ def get_turns_by_score(conn: psycopg.Connection, user_id: str, session_id: str |
                        settings: DecaySettings | None = None, as_of: datetime | None = None) -> TurnScores:
     """navra's decay-scored turns: the user's (or the session's) k turns scoring highest
     (importance from the entries and facts that cite a turn, faded with age at a rate
-    importance slows, plus the access boost). The turns returned count an access."""
+    importance slows, plus the access boost), as of the user's newest message. The turns
+    returned count an access."""
     rules = settings or DecaySettings.from_env()
     if as_of is None:
-        as_of = decay_as_of(conn, datetime.now(UTC))
+        as_of = user_clocks(conn, [user_id], datetime.now(UTC)).get(user_id)
     scope = {"user_id": user_id, "session_id": session_id}
     with conn.cursor(row_factory=dict_row) as cur:
         turns = [TurnCandidate(**row) for row in cur.execute(query("turn_decay_candidates"), scope).fetchall()]

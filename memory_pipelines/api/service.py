@@ -32,7 +32,7 @@ from memory_pipelines.embed import Embedder
 from memory_pipelines.forks import ForkError, fork_session, merge_fork, restore_merge
 from memory_pipelines.facts import CONFIDENCE, DEFAULT_CONFIDENCE, SOURCES, FactCandidate, canonical_key, normalize_key
 from memory_pipelines.knowledge import DECAY_FORMULA, decay_terms, prepare
-from memory_pipelines.lifecycle import decay_as_of, judge_decay
+from memory_pipelines.lifecycle import judge_decay, user_clocks
 from memory_pipelines.llm import ModelBackend, build_backend
 from memory_pipelines.llm.backends import render_transcript
 from memory_pipelines.llm.config import ModelConfig, chat_config, decision_config
@@ -275,13 +275,14 @@ class MemoryService:
         return {"entity": entity, "triples": _jsonable([asdict(t) for t in triples]), "reachable": within}
 
     def decay_scores(self, caller: Caller, *, user_id: str | None = None, limit: int = 100) -> dict:
-        """What decay would do to the user's knowledge entries and facts as of the newest
-        message seen (conversation time, as the pipeline judges): each score with the
+        """What decay would do to the user's knowledge entries and facts as of the user's
+        newest message (conversation time, as the pipeline judges): each score with the
         formula's parts, and the verdict's reason (too_young, above_threshold, decayed …)."""
         user = caller.one_user(user_id)
         rules = DecaySettings.from_env()
         with self._conn() as conn:
-            as_of = decay_as_of(conn, datetime.now(UTC)) or datetime.now(UTC)
+            now = datetime.now(UTC)
+            as_of = user_clocks(conn, [user], now).get(user, now)
             verdicts = judge_decay(conn, as_of, rules, user)
         rows = []
         for v in verdicts[:max(1, min(1000, limit))]:

@@ -725,8 +725,8 @@ def _fold_into_archived_entry(conn: psycopg.Connection, archived: tuple, row: di
     table = sql.Identifier("knowledge_entries")
     conn.execute(sql.SQL(query("archive_rows")).format(table=table), {
         "table": "knowledge_entries", "rows": Jsonb([{"id": entry_id, "key": row["entry_key"], "reason": reason,
-                                                      "score": score}]),
-        "as_of": as_of, "partition_key": partition_key, "run_id": run_id})
+                                                      "score": score, "as_of": as_of.isoformat()}]),
+        "partition_key": partition_key, "run_id": run_id})
     conn.execute(sql.SQL(query("delete_rows")).format(table=table), {"ids": [entry_id]})
 
 

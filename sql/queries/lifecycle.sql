@@ -1,10 +1,17 @@
 -- name: newest_message_before
--- Decay's "as of": the newest conversation time the pipeline has seen before a window's end.
+-- The shard's clock: the newest conversation time the pipeline has seen before a window's
+-- end (decay's "as of" for rows of no user, and whether anything happened since).
 SELECT max(ts) FROM messages WHERE ts < %(before)s AND memory_shard(user_id, %(shards)s) = %(shard)s;
+
+-- name: user_clocks
+-- Each user's "now": their newest message before a moment (conversation time). Memory ages
+-- by its owner's clock, never by another user's activity (messages_user_ts_idx, a user each).
+SELECT u.user_id, (SELECT max(m.ts) FROM messages m WHERE m.user_id = u.user_id AND m.ts < %(before)s)
+FROM unnest(%(user_ids)s::text[]) AS u(user_id);
 
 -- name: decay_knowledge_candidates
 SELECT 'knowledge_entries' AS source_table, id, entry_key AS key, user_id, title || ' ' || content AS text, importance,
-       updated_at AS seen_at, access_count, last_accessed_at, valid_until, has_pii
+       updated_at AS seen_at, access_count, last_accessed_at, valid_until, has_pii, run_id
 FROM knowledge_entries WHERE updated_at <= %(as_of)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
   AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY id;
@@ -13,7 +20,7 @@ ORDER BY id;
 -- Visible facts only: hidden rows go with their survivor.
 SELECT 'memory_facts' AS source_table, id, key, user_id, category || ' ' || key || ': ' || value AS text,
        (confidence / 100.0)::float8 AS importance, last_verified_at AS seen_at, access_count, last_accessed_at,
-       expires_at AS valid_until, false AS has_pii
+       expires_at AS valid_until, false AS has_pii, run_id
 FROM memory_facts WHERE merged_into IS NULL AND last_verified_at <= %(as_of)s
                    AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s) AND memory_shard(user_id, %(shards)s) = %(shard)s
 ORDER BY id;
@@ -27,24 +34,32 @@ WHERE %(all_users)s OR g.user_id = ANY(%(user_ids)s)
 ORDER BY g.id;
 
 -- name: expired_errors
-SELECT id, tool AS key, user_id, session_id FROM error_memory
-WHERE observed_at <= %(as_of)s AND expires_at <= %(as_of)s AND memory_shard(user_id, %(shards)s) = %(shard)s;
+-- Past their TTL by their user's own clock (the user's newest message by as_of), and not
+-- stored by this run.
+SELECT e.id, e.tool AS key, e.user_id, e.session_id, clock.ts AS as_of
+FROM error_memory e
+CROSS JOIN LATERAL (SELECT max(m.ts) AS ts FROM messages m WHERE m.user_id = e.user_id AND m.ts <= %(as_of)s) clock
+WHERE e.observed_at <= %(as_of)s AND e.expires_at <= clock.ts AND e.run_id <> %(run_id)s
+  AND memory_shard(e.user_id, %(shards)s) = %(shard)s
+ORDER BY e.id;
 
 -- name: archive_rows
+-- Each row with the moment it was judged from (its user's clock).
 INSERT INTO memory_archive (source_table, source_id, source_key, user_id, session_id, reason, score, as_of,
                             row_data, partition_key, run_id)
-SELECT %(table)s, t.id, r.key, t.user_id, t.session_id, r.reason, r.score, %(as_of)s, to_jsonb(t),
+SELECT %(table)s, t.id, r.key, t.user_id, t.session_id, r.reason, r.score, r.as_of, to_jsonb(t),
        %(partition_key)s, %(run_id)s
 FROM {table} AS t
-JOIN jsonb_to_recordset(%(rows)s) AS r(id bigint, key text, reason text, score real) ON r.id = t.id
+JOIN jsonb_to_recordset(%(rows)s) AS r(id bigint, key text, reason text, score real, as_of timestamptz) ON r.id = t.id
 ON CONFLICT (source_table, source_id) DO NOTHING;
 
 -- name: archive_hidden_facts
+-- The hidden rows merged into the facts archived (`rows`), with their survivor's moment.
 INSERT INTO memory_archive (source_table, source_id, source_key, user_id, session_id, reason, score, as_of,
                             row_data, partition_key, run_id)
-SELECT 'memory_facts', t.id, t.key, t.user_id, t.session_id, 'merged_with', NULL, %(as_of)s, to_jsonb(t),
+SELECT 'memory_facts', t.id, t.key, t.user_id, t.session_id, 'merged_with', NULL, r.as_of, to_jsonb(t),
        %(partition_key)s, %(run_id)s
-FROM memory_facts t WHERE t.merged_into = ANY(%(ids)s)
+FROM memory_facts t JOIN jsonb_to_recordset(%(rows)s) AS r(id bigint, as_of timestamptz) ON t.merged_into = r.id
 ON CONFLICT (source_table, source_id) DO NOTHING;
 
 -- name: delete_hidden_facts_of

@@ -20,12 +20,15 @@ from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.graph import reachable, relations
 from memory_pipelines.lifecycle import decay, expire_pii_older_than, export_markdown, forget, pii_entries, restore
 from memory_pipelines.search import MemorySearch, UnifiedMemorySearch
-from tests.helpers import EAGER_DECAY, content_fingerprints, materialize_partitions, pipeline_resources
+from tests.helpers import (EAGER_DECAY, content_fingerprints, materialization_metadata, materialize_partitions,
+                           materialize_range, pipeline_resources)
 
 DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
 EMBEDDER = build_embedder(EmbedConfig())
 # entries are what the summaries' distillation calls wrote: they need the summaries first
 KNOWLEDGE = [conversation_segments, session_summaries, knowledge_entries]
+# what decay reads
+ASSETS = [transcripts, *KNOWLEDGE, memory_decay]
 
 
 def rows(url, statement, params=None):
@@ -213,3 +216,48 @@ def test_forget_removes_every_derived_row_of_one_user_and_nothing_else(database_
     assert sum(r.asset_materializations_for_node("transcripts")[0].metadata["forgotten"].value
                for r in results) > 0
     assert rows(database_url, "SELECT count(*) FROM messages WHERE user_id = 'bob'")[0][0] == 0
+
+
+def _instruction_days(user: str, days: list[str], tool: str) -> list[dict]:
+    """A session a day in which `user` gives a standing instruction and the agent agrees."""
+    return [turn(f"s-{user}-{day}", user, seq, role, text, f"{day}T10:0{seq}:00Z")
+            for n, day in enumerate(days)
+            for seq, (role, text) in enumerate([("user", f"Let's run {tool}-{n} on port {5000 + n} from now on."),
+                                                ("assistant", "Agreed, noted.")], start=1)]
+
+
+def test_a_backfill_then_another_users_day_archives_nothing_of_the_backfilled_user(database_url, tmp_path):
+    """Issue 37: memory ages by its owner's clock. Ann's August is imported (one range run, as
+    a backfill from the UI); months later a run of one day of ben's: as of ben's newest
+    message ann's entries would be over 90 days old and never accessed, but ann has said
+    nothing since August, so nothing of hers is archived, now or by any later run of others."""
+    august = [f"2026-08-{d:02d}" for d in range(1, 6)]
+    write(tmp_path, "ann.jsonl", _instruction_days("ann", august, "report-builder"))
+    materialize_range(ASSETS, august[0], august[-1], pipeline_resources(database_url, tmp_path))
+    entries = "SELECT count(*) FROM knowledge_entries WHERE user_id = 'ann'"
+    stored = rows(database_url, entries)[0][0]
+    assert stored >= len(august)  # the instructions are memory to lose
+    write(tmp_path, "ben.jsonl", _instruction_days("ben", ["2026-12-04"], "gateway"))
+    [later] = materialize_partitions(ASSETS, ["2026-12-04"], database_url, tmp_path)
+    assert rows(database_url, "SELECT source_key, user_id, reason FROM memory_archive") == []
+    assert rows(database_url, entries)[0][0] == stored
+    kept = materialization_metadata(later, "memory_decay")["kept_by_reason"]
+    assert kept["knowledge_entries:too_young"] >= stored  # by ann's clock, her August is days old
+
+
+def test_a_row_this_run_stored_is_never_archived_by_it(database_url, tmp_path):
+    """Months of one user imported in one run: the entries of January are over 90 days old by
+    the user's newest message, but this run stored them; the next run of that user judges them."""
+    days = ["2026-01-03", "2026-01-10", "2026-04-10"]  # 97 days: January is past the minimum age by April
+    write(tmp_path, "cleo.jsonl", _instruction_days("cleo", days, "indexer"))
+    ranged = materialize_range(ASSETS, days[0], days[-1], pipeline_resources(database_url, tmp_path))
+    assert rows(database_url, "SELECT count(*) FROM memory_archive")[0][0] == 0
+    # a range's counts are on its last day
+    by_day = {m.partition: m.metadata for m in ranged.asset_materializations_for_node("memory_decay")}
+    assert by_day[days[-1]]["kept_by_reason"].value["knowledge_entries:stored_this_run"] > 0
+    write(tmp_path, "cleo-later.jsonl", _instruction_days("cleo", ["2026-04-20"], "indexer-late"))
+    materialize_partitions(ASSETS, ["2026-04-20"], database_url, tmp_path)
+    archived = rows(database_url, "SELECT user_id, reason, as_of FROM memory_archive")
+    assert archived and {(user, reason) for user, reason, _ in archived} == {("cleo", "decayed")}
+    # judged by cleo's own newest message, the one of the run that archived them
+    assert {as_of.date().isoformat() for _, _, as_of in archived} == {"2026-04-20"}

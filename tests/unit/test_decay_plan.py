@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -127,3 +128,18 @@ def test_decay_archives_only_the_old_and_unused_and_never_a_newer_statement_befo
         for older_index, older in enumerate(same_topic):
             if older.id not in archived:
                 assert not any(newer.id in archived for newer in same_topic[older_index + 1:]), (older, same_topic)
+
+
+def test_each_user_ages_by_their_own_clock_and_what_this_run_stored_stays():
+    # ann has said nothing for 190 days; bob spoke at AS_OF: ann's 200-day-old entry is 10 days
+    # old by her own clock, bob's is 200 by his; an entry of no user goes by AS_OF
+    candidates = [entry(1, "ann's", 200, user="ann"), entry(2, "bob's", 200, user="bob"),
+                  entry(3, "everyone's", 200, user=None)]
+    clocks = {"ann": AS_OF - timedelta(days=190), "bob": AS_OF}
+    judged = {v.candidate.id: v for v in plan_decay(candidates, [], AS_OF, clocks=clocks, **RULES)}
+    assert {i: v.reason for i, v in judged.items()} == {1: "too_young", 2: "decayed", 3: "decayed"}
+    assert judged[1].as_of == clocks["ann"] and judged[2].as_of == judged[3].as_of == AS_OF
+    # a row the deciding run stored stays, whatever else holds of it
+    stored = replace(entry(4, "imported", 400, valid_until=AS_OF - timedelta(days=1)), run_id="run-1")
+    assert verdicts([stored], run_id="run-1") == {4: "stored_this_run"}
+    assert verdicts([stored], run_id="run-2") == {4: "expired"}
