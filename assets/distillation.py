@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from assets.asset_checks import quality_check_specs
-from assets.materialization import naming_outages, stage_results, stage_window
+from assets.materialization import guarded_step, stage_results, stage_window
 from assets.partitions import DAILY_ASSET, PREVIOUS_DAY
 from assets.resources import ModelResource, PostgresResource, SummarySettings
 from memory_pipelines.config import Settings
@@ -30,7 +30,7 @@ from memory_pipelines.stages.common import Backends
         "whose messages did not change is not judged again."
     ),
 )
-@naming_outages
+@guarded_step
 def conversation_segments(
     context: dg.AssetExecutionContext, postgres: PostgresResource, decision: ModelResource
 ) -> Iterator:
@@ -63,7 +63,7 @@ def conversation_segments(
         "version whose inputs did not change; temp- sessions are skipped."
     ),
 )
-@naming_outages
+@guarded_step
 def session_summaries(
     context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource, decision: ModelResource,
     summary_settings: SummarySettings,

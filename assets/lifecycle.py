@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from assets.asset_checks import quality_check_specs
-from assets.materialization import naming_outages, stage_results, stage_window
+from assets.materialization import guarded_step, stage_results, stage_window
 from assets.partitions import DAILY_ASSET
 from assets.resources import LifecycleSettings, PostgresResource
 from memory_pipelines.db.connection import get_pool
@@ -41,7 +41,7 @@ from memory_pipelines.stages.common import NO_BACKENDS
     backfill_policy=DAILY_ASSET["backfill_policy"],
     retry_policy=DAILY_ASSET["retry_policy"],
 )
-@naming_outages
+@guarded_step
 def knowledge_entries(
     context: dg.AssetExecutionContext, postgres: PostgresResource, lifecycle: LifecycleSettings,
 ) -> Iterator:
@@ -62,7 +62,7 @@ def knowledge_entries(
         "same tool gives (tool, error, fix). 90-day TTL from when it was seen, renewed whenever a search hits it."
     ),
 )
-@naming_outages
+@guarded_step
 def error_memory(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
     report = error_stage.run(get_pool(postgres.url()), stage_window(context))
     yield from stage_results(context, postgres, report)
@@ -84,7 +84,7 @@ def error_memory(context: dg.AssetExecutionContext, postgres: PostgresResource) 
         "TTL and PII past its retention go too. Archived rows are kept for audit, out of every search, restorable."
     ),
 )
-@naming_outages
+@guarded_step
 def memory_decay(
     context: dg.AssetExecutionContext, postgres: PostgresResource, lifecycle: LifecycleSettings,
 ) -> Iterator:

@@ -27,13 +27,24 @@ def stage_window(context: dg.AssetExecutionContext) -> Window:
     return Window(days, context.run_id, shard)
 
 
-def naming_outages(body: Callable[..., Iterator]) -> Callable[..., Iterator]:
-    """An asset body whose database went away under it (a crashed server process, a stop)
-    fails its step in one line: what the embedded server's log says ended it, the step's
-    days, what to do. Its stage committed what it finished; the retry starts from there."""
+# what a step of a run asked to stop says instead of beginning
+STOPPED_BEFORE_STEP = "the run was asked to stop before this step began"
+
+
+def guarded_step(body: Callable[..., Iterator]) -> Callable[..., Iterator]:
+    """An asset body as a step of a run that may be stopped, or lose its database:
+    - a step of a run asked to stop (`memory-pipelines run` on SIGINT/SIGTERM marks it
+      canceling; so does the UI's Terminate) does not begin: the run ends canceled after the
+      step in progress, which finishes and commits;
+    - a step whose database went away under it (a crashed server process, a stop) fails in
+      one line: what the embedded server's log says ended it, the step's days, what to do.
+      Its stage committed what it finished; the retry starts from there."""
 
     @functools.wraps(body)
     def step(context: dg.AssetExecutionContext, postgres: PostgresResource, **resources) -> Iterator:
+        run = context.instance.get_run_by_id(context.run_id)
+        if run is not None and run.status == dg.DagsterRunStatus.CANCELING:
+            raise dg.Failure(description=STOPPED_BEFORE_STEP, allow_retries=False)
         log = ServerLog.of_home(Path(postgres.home), postgres.database_url)
         try:
             yield from body(context, postgres=postgres, **resources)

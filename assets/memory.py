@@ -6,7 +6,7 @@ from datetime import timedelta
 import dagster as dg
 
 from assets.asset_checks import quality_check_specs
-from assets.materialization import naming_outages, stage_results, stage_window
+from assets.materialization import guarded_step, stage_results, stage_window
 from assets.partitions import DAILY_ASSET
 from assets.resources import MemorySettings, ModelResource, PostgresResource
 from memory_pipelines.db.connection import get_pool
@@ -33,7 +33,7 @@ from memory_pipelines.stages.common import Backends
         "their facts changed."
     ),
 )
-@naming_outages
+@guarded_step
 def memory_facts(
     context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource,
     memory_settings: MemorySettings,
@@ -59,7 +59,7 @@ def memory_facts(
         "deterministic extractor). Append-only; packing the same range twice is a no-op."
     ),
 )
-@naming_outages
+@guarded_step
 def memory_chunks(
     context: dg.AssetExecutionContext, postgres: PostgresResource, memory_settings: MemorySettings,
 ) -> Iterator:

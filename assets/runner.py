@@ -4,9 +4,12 @@ import json
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -14,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import dagster as dg
@@ -24,9 +28,11 @@ from psycopg import sql
 
 from tqdm import tqdm
 
+from assets.materialization import STOPPED_BEFORE_STEP
 from assets.partitions import SHARD_TAG, SHARDS, TRANSIENT_RETRIES, daily_partitions, partition_key
 from memory_pipelines.config import MANAGED_MARK, dagster_home, setting
 from memory_pipelines.db.queries import query
+from memory_pipelines.interrupts import deferred_stop
 from memory_pipelines.shards import Shard
 from memory_pipelines.stages.common import progress_bars
 
@@ -107,6 +113,24 @@ class RunFailed(RuntimeError):
     pass
 
 
+class RunInterrupted(RuntimeError):
+    """A run stopped by SIGINT or SIGTERM after its step in progress; its Dagster run is
+    canceled, what its steps committed stays."""
+
+    def __init__(self, keys: Sequence[str], shard: int, signum: int, stopped_before: str | None):
+        where = f" before {stopped_before}" if stopped_before else ""
+        super().__init__(f"{range_label(keys)}{shard_label(shard)} stopped{where}: what ran is stored; "
+                         "run again to finish")
+        self.keys, self.shard, self.signum, self.stopped_before = tuple(keys), shard, signum, stopped_before
+
+    def __reduce__(self):  # from a shard's worker process
+        return RunInterrupted, (self.keys, self.shard, self.signum, self.stopped_before)
+
+
+# every run of one `run_range` carries it: the runs a stop signal cancels
+INVOCATION_TAG = "memory/invocation"
+
+
 class _ProgressHandler(logging.Handler):
     """Prints what assets log and the steps that fail, one line each."""
 
@@ -121,7 +145,9 @@ class _ProgressHandler(logging.Handler):
         if event is None and step:
             self.echo(f"    {step}: {meta.get('orig_message', record.getMessage())}")
         elif event is not None and event.event_type_value == "STEP_FAILURE":
-            self.echo(f"    {step}: FAILED")
+            failure = event.step_failure_data.user_failure_data
+            stopped = failure is not None and failure.description == STOPPED_BEFORE_STEP
+            self.echo(f"    {step}: {'not begun (the run was asked to stop)' if stopped else 'FAILED'}")
 
 
 # a run logs through the progress logger alone (Dagster's console logger prints every event)
@@ -202,7 +228,8 @@ def shard_label(shard: int) -> str:
 
 
 def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.DagsterInstance,
-                  echo: Callable[[str], None], shard: int = 0) -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
+                  echo: Callable[[str], None], shard: int = 0,
+                  tags: dict[str, str] | None = None) -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
     """One run over the consecutive days `keys` (a UI backfill with the single-run policy
     runs the same way), run again with the step retry policy's limits and pauses when
     Dagster's storage lost its database, while creating the run or inside a step: retry
@@ -211,7 +238,7 @@ def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.Dagst
     # one day as a partition key, a longer range as the range tags of a single-run backfill;
     # sharded, the keys are the shard's (DAY|SHARD) and the run carries the shard's tag
     first, last = partition_key(keys[0], shard), partition_key(keys[-1], shard)
-    tags = {SHARD_TAG: str(shard)} if SHARDS > 1 else {}
+    tags = dict(tags or {}) | ({SHARD_TAG: str(shard)} if SHARDS > 1 else {})
     if len(keys) > 1:
         tags |= {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
     single = first if len(keys) == 1 else None
@@ -274,8 +301,12 @@ def run_range(keys: Sequence[str], echo: Callable[[str], None] = print, shard: i
     job = defs.resolve_job_def("distill")
     instance = dg.DagsterInstance.get()
     started = time.perf_counter()
+    invocation = uuid.uuid4().hex
     with progress_bars(_terminal_bar):
-        result = execute_range(job, keys, instance, echo, shard)
+        result, signum = _stoppable(partial(execute_range, job, keys, instance, echo, shard, {INVOCATION_TAG: invocation}),
+                                    instance, invocation, echo)
+    if signum is not None and not result.success:
+        raise RunInterrupted(keys, shard, signum, _first_failed_step(result))
     if not result.success:
         raise RunFailed(f"{range_label(keys)}{shard_label(shard)} failed at {first_error(result)}")
     # one materialization per day; the range's counts are on its last day's
@@ -285,6 +316,55 @@ def run_range(keys: Sequence[str], echo: Callable[[str], None] = print, shard: i
     return RangeRun(keys[0], keys[-1], len(keys), result.run_id, time.perf_counter() - started,
                     ingested.metadata["read"].value, ingested.metadata["quarantined"].value,
                     Counter(ingested.metadata["quarantined_by_reason"].value), shard)
+
+
+def _first_failed_step(result: dg.ExecuteInProcessResult | dg.JobExecutionResult) -> str | None:
+    return next((event.step_key for event in result.all_events if event.is_step_failure), None)
+
+
+def _cancel_runs(instance: dg.DagsterInstance, invocation: str, signum: int) -> None:
+    """Mark the invocation's unfinished runs canceling: each step looks at its run's status
+    when it begins and does not begin then (the step in progress finishes and commits)."""
+    for run in instance.get_runs(dg.RunsFilter(tags={INVOCATION_TAG: invocation},
+                                               statuses=list(NOT_FINISHED_STATUSES))):
+        if run.status != dg.DagsterRunStatus.CANCELING:
+            instance.report_run_canceling(run, f"stopping after the step in progress ({signal.Signals(signum).name})")
+
+
+T = TypeVar("T")
+CANCEL_POLL_SECONDS = 0.2
+
+
+def _stoppable(work: Callable[[], T], instance: dg.DagsterInstance, invocation: str,
+               echo: Callable[[str], None]) -> tuple[T, int | None]:
+    """`work` (the invocation's runs) in a thread of its own while this one takes SIGINT and
+    SIGTERM: the first cancels the runs after their step in progress; a second stops at once
+    (`Interrupted`: the open transaction rolls back). Returns what `work` returned and the
+    stop signal received, if any. (Dagster in the main thread would raise the signal inside
+    the step in progress, where a step's retry policy may start it again.)"""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread as it is
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="memory-pipelines run", daemon=True)
+    with deferred_stop() as stop:
+        worker.start()
+        announced = False
+        while worker.is_alive():
+            worker.join(CANCEL_POLL_SECONDS)
+            if stop.requested:
+                if not announced:
+                    echo(f"    {signal.Signals(stop.signum).name}: stopping after the step in progress "
+                         "(again: at once)")
+                    announced = True
+                _cancel_runs(instance, invocation, stop.signum)  # again: a run may start after the signal
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"], stop.signum
 
 
 def _echo_as(prefix: str, line: str) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from assets.asset_checks import quality_check_specs
-from assets.materialization import naming_outages, stage_results, stage_window
+from assets.materialization import guarded_step, stage_results, stage_window
 from assets.partitions import DAILY_ASSET
 from assets.resources import EmbedderResource, ModelResource, PostgresResource
 from memory_pipelines.db.connection import get_pool
@@ -27,7 +27,7 @@ from memory_pipelines.stages.common import Backends
         "writable through the query module (`memory_pipelines.search.write_sketch`)."
     ),
 )
-@naming_outages
+@guarded_step
 def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
     report = sketch_stage.run(get_pool(postgres.url()), stage_window(context))
     yield from stage_results(context, postgres, report)
@@ -48,7 +48,7 @@ def sketches(context: dg.AssetExecutionContext, postgres: PostgresResource) -> I
         "Each session is indexed as it is now, so any day in any order leaves the same rows."
     ),
 )
-@naming_outages
+@guarded_step
 def memory_turns(context: dg.AssetExecutionContext, postgres: PostgresResource) -> Iterator:
     report = turns.run(get_pool(postgres.url()), stage_window(context))
     yield from stage_results(context, postgres, report)
@@ -72,7 +72,7 @@ def memory_turns(context: dg.AssetExecutionContext, postgres: PostgresResource) 
         "left alone. `memory-pipelines tree show --user U [--session S | --entity E]`."
     ),
 )
-@naming_outages
+@guarded_step
 def memory_tree(context: dg.AssetExecutionContext, postgres: PostgresResource, llm: ModelResource) -> Iterator:
     pool = get_pool(postgres.url())
     with llm.backend_for_run(pool, context.run_id) as writer:
@@ -96,7 +96,7 @@ def memory_tree(context: dg.AssetExecutionContext, postgres: PostgresResource, l
         "exact scan is exact and faster. Hidden (merged) facts are skipped. Safe to run again."
     ),
 )
-@naming_outages
+@guarded_step
 def memory_embeddings(
     context: dg.AssetExecutionContext, postgres: PostgresResource, embedder: EmbedderResource,
 ) -> Iterator:

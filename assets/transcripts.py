@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from assets.asset_checks import quality_check_specs
-from assets.materialization import naming_outages, stage_results, stage_window
+from assets.materialization import guarded_step, stage_results, stage_window
 from assets.partitions import DAILY_ASSET
 from assets.resources import PostgresResource, TranscriptSourceResource
 from memory_pipelines.db.connection import get_pool
@@ -28,7 +28,7 @@ from memory_pipelines.stages import transcripts as transcript_stage
         "replace merge set aside). A fork's records name `parent_session_id` and `fork_seq`."
     ),
 )
-@naming_outages
+@guarded_step
 def transcripts(
     context: dg.AssetExecutionContext, postgres: PostgresResource, transcript_source: TranscriptSourceResource
 ) -> Iterator:

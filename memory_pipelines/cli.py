@@ -16,6 +16,7 @@ from itertools import islice
 from pathlib import Path
 
 from memory_pipelines.config import ConfigError, Settings, validate_environment
+from memory_pipelines.interrupts import Interrupted, raise_on_stop_signals
 from memory_pipelines.records import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES, TRANSCRIPT_FORMATS
 
 
@@ -129,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from memory_pipelines.db import repository
 
-    from assets.runner import RunFailed, ensure_dagster_home, partition_keys_between, run_shards
+    from assets.runner import RunFailed, RunInterrupted, ensure_dagster_home, partition_keys_between, run_shards
     from memory_pipelines.shards import ShardLayoutMismatch
 
     shards = _parse_shards(args.shards, settings.shards)
@@ -146,6 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         runs = run_shards(keys, shards, args.parallel)
     except RunFailed as exc:
         raise CliError(str(exc)) from None
+    except RunInterrupted as exc:
+        raise Interrupted(exc.signum) from exc
     with pool.connection() as conn:
         counts = repository.row_counts(conn, repository.list_tables(conn))
     width = max(len(t) for t in counts)
@@ -247,16 +250,22 @@ def cmd_ui(args: argparse.Namespace) -> int:
     # SIGTERM to SIGINT: restore the default in the child so both stop it.
     child = subprocess.Popen(command, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
+    stopped_by = []
+
     def forward(signum, _frame):
+        stopped_by.append(signum)
         child.send_signal(signal.SIGINT)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     try:
-        return child.wait()
+        status = child.wait()
     finally:
         if child.poll() is None:
             child.kill()
+    if stopped_by:
+        raise Interrupted(stopped_by[0])
+    return status
 
 
 def cmd_reshard(args: argparse.Namespace) -> int:
@@ -1413,11 +1422,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # a pool refilling while the server restarts: the command's own error says what happened
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     server_log = _server_log()
+    raise_on_stop_signals()
     try:
         if args.func not in (cmd_config, cmd_doctor):  # every setting checked before anything runs (they say it)
             for warning in validate_environment():
                 print(f"memory-pipelines: warning: {warning}", file=sys.stderr)
         return args.func(args)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: stopped, not failed
+        stopped = exc if isinstance(exc, Interrupted) else Interrupted()
+        print(f"memory-pipelines: stopped by {signal.Signals(stopped.signum).name}"
+              + (f": {exc.__cause__}" if exc.__cause__ else ""), file=sys.stderr)
+        return stopped.exit_status
     except (UsageError, ConfigError) as exc:
         _error(str(exc))
         return 2

@@ -253,3 +253,36 @@ def test_a_run_whose_dagster_storage_write_fails_runs_the_partition_again_and_co
     assert f"    days {DAYS[0]}..{DAYS[-1]}: Dagster's storage lost its database connection; running them again" in out
     assert partial_writes(url) == {}
     assert content_fingerprints(url) == undisturbed
+
+
+def _last_run_status(url: str) -> str:
+    with psycopg.connect(url) as conn:  # Dagster's run storage, in the pipeline's database
+        return conn.execute("SELECT status FROM dagster.runs ORDER BY create_timestamp DESC LIMIT 1").fetchone()[0]
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_sigint_or_sigterm_is_canceled_in_one_line_and_the_next_run_converges(
+        undisturbed, folder, make_database, tmp_path):
+    """Issue 37: Ctrl-C (or a service manager's SIGTERM) during `run` is a stop, not a failure:
+    the step in progress finishes and commits, no later step begins, one line says where it
+    stopped, the status is 128 + the signal, the Dagster run is canceled; the next run
+    finishes with the tables of a run never interrupted."""
+    url = make_database()
+    env = cli_env(tmp_path, MEMORY_DATABASE_URL=url)
+    for number, signum in enumerate((signal.SIGINT, signal.SIGTERM)):
+        with cli_run(folder, env, tmp_path / f"stopped-{number}.err") as run:
+            run.progress_until(2 + number)  # "[1/1] …", then the first asset (or two) done
+            run.proc.send_signal(signum)
+            code, out, err = run.finish()
+        name = signal.Signals(signum).name
+        assert code == 128 + signum, f"{out}\n{err}"
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"memory-pipelines: stopped by {name}: days 2026-10-01..2026-10-02 stopped before "), err
+        assert err.rstrip().endswith(": what ran is stored; run again to finish")
+        assert "(the run was asked to stop)" in out
+        assert _last_run_status(url) == "CANCELED"
+        assert partial_writes(url) == {}
+    with cli_run(folder, env, tmp_path / "final.err") as run:
+        code, out, err = run.finish()
+    assert code == 0, err
+    assert content_fingerprints(url) == undisturbed
