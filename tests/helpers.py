@@ -196,7 +196,7 @@ class Server:
 
     def stop(self, timeout: float = 30) -> bool:
         """SIGTERM, as a service manager stops it; whether it ended by itself in time
-        (uvicorn ends by the signal it handled: status -15 after a clean shutdown)."""
+        (uvicorn raises the signal it handled again after a clean shutdown: status 143)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -205,7 +205,7 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
                 return False
-        return self.proc.returncode in (0, -signal.SIGTERM)
+        return self.proc.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
 
 
 def start_server(args: Sequence[str], env: dict, log: Path, *, ready: str = "/healthz",
