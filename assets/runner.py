@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import date
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -183,11 +184,18 @@ class RangeRun:
 
 def partition_keys_between(start: str, end: str) -> list[str]:
     keys = daily_partitions.get_partition_keys()
-    if start not in keys or end not in keys:
-        raise ValueError(
-            f"dates must lie between {keys[0]} and {keys[-1]} (MEMORY_PARTITION_START sets the first)"
-        )
+    if start < keys[0]:
+        raise ValueError(f"{start} is before the first day there is a partition for, {keys[0]}: set "
+                         f"MEMORY_PARTITION_START={start} to run it")
+    if end > keys[-1]:
+        raise ValueError(f"{end} is after today ({keys[-1]}, UTC), the last day there is a partition for: "
+                         "run it once it has come")
     return keys[keys.index(start) : keys.index(end) + 1]
+
+
+def last_partition_day() -> date:
+    """Today (UTC): the last day there is a partition for."""
+    return date.fromisoformat(daily_partitions.get_last_partition_key())
 
 
 def _cause(error) -> str:

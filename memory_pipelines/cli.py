@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
@@ -68,6 +68,22 @@ def _refused_summary(reasons: dict[str, int]) -> str:
 
 
 UNDATED_BATCH = 1000  # undated records quarantined per insert
+LATER_NAMED = 3  # of the records dated after today, those named by file and line
+
+
+def _records_after(source, day: date) -> list:
+    """The records dated after `day` (UTC), in the location's order."""
+    from memory_pipelines.records import TimeWindow
+
+    start = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+    plan = source.plan(TimeWindow(start, start.replace(year=start.year + 100)))
+    return [m for window in plan.windows for scan in plan.read(window) for m in scan.messages]
+
+
+def _describe_later(records) -> str:
+    named = ", ".join(f"{r.source_file}:{r.source_line} ({r.ts.date()})" for r in records[:LATER_NAMED])
+    more = f" and {len(records) - LATER_NAMED} more" if len(records) > LATER_NAMED else ""
+    return f"{len(records)} record(s) dated after today: {named}{more}"
 
 
 def _quarantine_undated(source, url: str) -> str:
@@ -123,14 +139,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         reasons = _quarantine_undated(source, url)
         raise CliError(f"all {found.records} record(s) under {shown} were refused ({reasons}) and "
                        "quarantined under 'undated': none has a readable time, so no day was run")
+    from assets.runner import (RunFailed, RunInterrupted, ensure_dagster_home, last_partition_day,
+                               partition_keys_between, run_shards)
+
+    today = last_partition_day()
+    if end is None and found.last_day is not None and found.last_day > today:
+        # a clock ahead of UTC: those records wait for a run of their day, the rest run now
+        later = _records_after(source, today)
+        if found.first_day > today:
+            raise CliError(f"every record under {shown} is dated after today ({today}, UTC), the last day there "
+                           f"is a partition for: {_describe_later(later)}; set their times right, or run once "
+                           "their day has come")
+        print(f"later:       {_describe_later(later)}: they wait for a run of their day (a clock ahead of UTC? "
+              f"set their times right); this run ends today, --end {today}")
+        end = today
     start, end = start or found.first_day, end or found.last_day
     if end < start:
         raise UsageError(f"--end {end} is before --start {start}")
     _probe_model_servers()
 
     from memory_pipelines.db import repository
-
-    from assets.runner import RunFailed, RunInterrupted, ensure_dagster_home, partition_keys_between, run_shards
     from memory_pipelines.shards import ShardLayoutMismatch
 
     shards = _parse_shards(args.shards, settings.shards)

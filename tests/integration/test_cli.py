@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -67,7 +68,9 @@ def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
     (["run", "--transcripts", "/nonexistent/place"], "transcript path does not exist"),
     (["run", "--start", "2026-10-05", "--end", "2026-10-01"], "is before --start"),
     (["run", "--start", "yesterday"], "--start must be a date"),
-    (["run", "--start", "1999-01-01", "--end", "1999-01-02"], "dates must lie between"),
+    (["run", "--start", "1999-01-01", "--end", "1999-01-02"],
+     "1999-01-01 is before the first day there is a partition for, 2024-01-01: set MEMORY_PARTITION_START=1999-01-01"),
+    (["run", "--start", "2026-10-01", "--end", "2999-01-02"], "2999-01-02 is after today ("),
 ])
 def test_run_errors_are_one_line_and_non_zero(database_url, args, message):
     result = cli(*args)
@@ -297,3 +300,22 @@ def test_fork_merge_and_sessions_from_the_cli_on_the_branched_sample(make_databa
                           (("merge", "s-gina-0001-fly", "--into", "s-gina-0001", "--restore"), "is in force")):
         failed = cli(*args)
         assert failed.returncode == 2 and message in failed.stderr and len(failed.stderr.strip().splitlines()) == 1
+
+
+def test_a_record_dated_tomorrow_waits_for_its_day_and_the_rest_runs(database_url, tmp_path):
+    """Issue 37: a clock a day ahead of UTC on one machine never refuses the whole source."""
+    today = datetime.now(UTC).date()
+    records = [{"session_id": "s-zed-1", "user_id": "zed", "seq": seq, "role": role, "content": text,
+                "ts": f"{day}T{hour}:00:00Z"}
+               for seq, (day, hour, role, text) in enumerate([
+                   (today, "00", "user", "which port does the gateway use?"), (today, "00", "assistant", "8443"),
+                   (today + timedelta(days=1), "09", "user", "and the admin port?")], start=1)]
+    (tmp_path / "zed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = cli("run", "--transcripts", str(tmp_path), env={**os.environ, "MEMORY_EMBED_BACKEND": "hashing"})
+    assert done.returncode == 0, done.stderr
+    assert (f"later:       1 record(s) dated after today: zed.jsonl:3 ({today + timedelta(days=1)}): "
+            f"they wait for a run of their day") in done.stdout
+    assert f"this run ends today, --end {today}" in done.stdout
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT seq FROM messages ORDER BY seq").fetchall() == [(1,), (2,)]
+        assert conn.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 0
