@@ -197,10 +197,10 @@ def states(text: str, user_id: str | None, triple: Triple) -> bool:
     return _mentions(folded, triple.object) and (triple.subject == user_id or _mentions(folded, triple.subject))
 
 
-def superseded_by(text: str, user_id: str | None, seen_at: datetime, triples: Iterable[Triple]) -> str | None:
-    """The newer statement that overrides this memory, if any: it states a triple that a
-    later triple with another object closed, was last seen before that, and does not also
-    state the new object (a memory that names the change itself is current)."""
+def overriding(text: str, user_id: str | None, seen_at: datetime, triples: Iterable[Triple]) -> Triple | None:
+    """The newest closed triple this memory states, if a later triple with another object
+    closed it after the memory was last seen, and the memory does not also state the new
+    object (a memory that names the change itself is current)."""
     folded = text.casefold()
     newest = None
     for t in triples:
@@ -208,7 +208,13 @@ def superseded_by(text: str, user_id: str | None, seen_at: datetime, triples: It
                 and states(text, user_id, t) and not _mentions(folded, t.closed_by_object)
                 and (newest is None or t.valid_until > newest.valid_until)):
             newest = t
-    return f"{newest.subject} {newest.relation} {newest.closed_by_object}" if newest else None
+    return newest
+
+
+def superseded_by(text: str, user_id: str | None, seen_at: datetime, triples: Iterable[Triple]) -> str | None:
+    """The newer statement that overrides this memory (`overriding`), in words."""
+    old = overriding(text, user_id, seen_at, triples)
+    return f"{old.subject} {old.relation} {old.closed_by_object}" if old else None
 
 
 DECAY_FORMULA = ("score = importance * exp(-rate * age_hours) + min(0.3, 0.1 * ln(1 + access_count)),"

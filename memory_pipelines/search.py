@@ -22,7 +22,8 @@ from memory_pipelines.config import DecaySettings
 from memory_pipelines.db import repository
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder, EmbeddingError
-from memory_pipelines.knowledge import DECAY_FORMULA, Triple, superseded_by
+from memory_pipelines.facts import canonical_key
+from memory_pipelines.knowledge import DECAY_FORMULA, Triple, overriding, superseded_by
 from memory_pipelines.lifecycle import user_clocks
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES, ForkPoint
 from memory_pipelines.passages import (
@@ -31,7 +32,7 @@ from memory_pipelines.passages import (
 from memory_pipelines.timeexpr import TimeRange, time_range
 from memory_pipelines.tree import FOREST_BEAM, descend
 from memory_pipelines.turns import Citation, ScoredTurn, TurnCandidate, score_turns
-from memory_pipelines.rules.text import ALL_STOPWORDS, clip, content_words
+from memory_pipelines.rules.text import ALL_STOPWORDS, clip
 
 log = logging.getLogger(__name__)
 
@@ -563,16 +564,18 @@ class UnifiedMemorySearch(MemorySearch):
                 raw = self.search_passages(text, user_id, session_id, k,
                                            prefer=(named.since, named.until) if named else None,
                                            include_forks=include_forks)
-            found["raw"] = self.mark_freshness(raw, user_id, current_session_id, summary_at)
+            found["raw"] = raw
         served, left_out = [], 0
         for tier in ("facts", "raw", "sketches", "knowledge"):
             hits = found.get(tier, [])
             if tier == "raw":
                 packed = {(p.session_id, p.best_seq): p for p in fill_passages([h.as_passage() for h in hits], budget)}
                 kept = [(h, packed.get((h.session_id, h.best_seq))) for h in hits]
-                served += [replace(h, text=p.text, turns=p.turns, start_seq=p.start_seq, end_seq=p.end_seq,
-                                   started_at=p.started_at, timestamp=p.ended_at, roles=p.roles)
-                           for h, p in kept if p is not None]
+                # labelled as served: what a trimmed passage no longer holds does not date it
+                served += self.mark_freshness([
+                    replace(h, text=p.text, turns=p.turns, start_seq=p.start_seq, end_seq=p.end_seq,
+                            started_at=p.started_at, timestamp=p.ended_at, roles=p.roles)
+                    for h, p in kept if p is not None], user_id, current_session_id, summary_at)
                 left_out += sum(p is None for _, p in kept)
                 continue
             for hit in hits:
@@ -606,32 +609,65 @@ class UnifiedMemorySearch(MemorySearch):
 
     def mark_freshness(self, raw: list[MemoryHit], user_id: str | None, current_session_id: str | None = None,
                        summary_at: datetime | None = None) -> list[MemoryHit]:
-        """A raw excerpt sharing at least two content words with a newer fact is
-        `superseded_by` that fact's key; one older than its session's last summary is
+        """An excerpt is `superseded_by` a newer statement about the same subject as one its
+        turns made, named (`outdated_by`); one older than its session's last summary is
         `before_summary`. Both are still returned, labelled."""
         if not raw:
             return raw
         oldest = min((h.timestamp for h in raw if h.timestamp is not None), default=None)
-        facts, summaries = self._fetch([
-            ("newer_facts_for_users", {"user_ids": sorted({h.user_id for h in raw if h.user_id}),
-                                       "since": oldest or datetime.max.replace(tzinfo=UTC)}),
-            ("summary_cursors", {"session_ids": sorted({h.session_id for h in raw})})])
-        fact_words = [(f, content_words(f"{f['key'].replace('_', ' ')} {f['value']}")) for f in facts]
+        sessions = sorted({h.session_id for h in raw})
+        users = sorted({h.user_id for h in raw if h.user_id})
+        facts, items, closed, triples, summaries = self._fetch([
+            ("newer_facts_for_users", {"user_ids": users, "since": oldest or datetime.max.replace(tzinfo=UTC)}),
+            ("fact_items_of_sessions", {"session_ids": sessions}),
+            ("closed_statements_of_sessions", {"session_ids": sessions}),
+            ("graph_statements", {"user_ids": users, "all_users": False}),
+            ("summary_cursors", {"session_ids": sessions})])
+        triples = [Triple(**row) for row in triples]
+        current = {(f["user_id"], canonical_key(f["key"])): f for f in facts}
         cursors = {r["session_id"]: r["cursor_ts"] for r in summaries}
         if current_session_id and summary_at is not None:
             cursors[current_session_id] = summary_at
         marked = []
         for hit in raw:
-            words = content_words(hit.text + " " + " ".join(hit.breadcrumbs))
-            newer = [f for f, fw in fact_words if f["user_id"] == hit.user_id and hit.timestamp is not None
-                     and f["last_verified_at"] > hit.timestamp and len(words & fw) >= 2]
-            # ties broken by key: the rows' physical order changes whenever access counting updates them
-            newest = max(newer, key=lambda f: (f["last_verified_at"], f["key"]), default=None)
             cursor = cursors.get(hit.session_id)
-            marked.append(replace(hit, superseded_by=newest["key"] if newest else None,
+            marked.append(replace(hit, superseded_by=outdated_by(hit, items, closed, current, triples),
                                   before_summary=cursor is not None and hit.timestamp is not None
                                   and hit.timestamp <= cursor))
         return marked
+
+
+def outdated_by(hit: MemoryHit, items: Sequence[dict], closed: Sequence[dict], current: dict[tuple, dict],
+                triples: Sequence[Triple] = ()) -> str | None:
+    """The newest statement that replaced one the excerpt made about the same subject: a
+    fact item of a turn it holds whose fact (the same key) now holds another value, seen
+    after the excerpt; a graph statement of its turns another closed (the same subject and
+    relation); or a closed graph statement its text states (subject and old object, as a
+    knowledge entry is judged: `knowledge.superseded_by`). An excerpt that names the newer
+    value itself states the change: current. None when nothing it said was replaced
+    (sharing words with a newer fact is not enough: a fact of another subject from the same
+    session does not date it)."""
+    if hit.timestamp is None:
+        return None
+    folded = hit.text.casefold()
+    newer: list[tuple[datetime, str]] = []
+    if old := overriding(hit.text, hit.user_id, hit.timestamp, triples):
+        newer.append((old.valid_until, f"{old.subject} {old.relation} {old.closed_by_object}"))
+    for item in items:
+        if item["session_id"] != hit.session_id or not hit.start_seq <= item["seq"] <= hit.end_seq:
+            continue
+        fact = current.get((hit.user_id, canonical_key(item["key"])))
+        if (fact is not None and fact["last_verified_at"] > hit.timestamp
+                and fact["value"].strip().casefold() != str(item["value"]).strip().casefold()
+                and fact["value"].strip().casefold() not in folded):
+            newer.append((fact["last_verified_at"], f"{fact['key']}: {fact['value']}"))
+    for statement in closed:
+        if (statement["session_id"] == hit.session_id and statement["seq_start"] <= hit.end_seq
+                and statement["seq_end"] >= hit.start_seq and statement["valid_until"] > hit.timestamp
+                and statement["newer_object"].casefold() not in folded):
+            newer.append((statement["valid_until"],
+                          f"{statement['subject']} {statement['relation']} {statement['newer_object']}"))
+    return max(newer)[1] if newer else None
 
 
 def _when(moment: datetime | None) -> str:
@@ -668,14 +704,14 @@ def format_hits(text: str, scope: str, hits: Sequence[MemoryHit], excerpt_chars:
             if hit.path:  # forest recall: the nodes descended to it
                 lines.append(f"   via {' › '.join(step.split(': ', 1)[0] for step in hit.path)}")
             if hit.superseded_by:
-                lines.append(f"   ⚠ outdated: a newer curated fact overrides this ({hit.superseded_by})")
+                lines.append(f"   ⚠ outdated: a newer statement overrides this ({hit.superseded_by})")
             lines.extend(f"   {line}" for line in hit.text.splitlines())
         elif hit.source_type == "raw":
             row = f"chunk #{hit.id}" if hit.id is not None else "message"
             lines.append(f"{number}. raw {row} · session {hit.session_id} · turn {hit.start_seq}–{hit.end_seq} · "
                          f"{_when(hit.timestamp)}")
             if hit.superseded_by:
-                lines.append(f"   ⚠ outdated: a newer curated fact overrides this ({hit.superseded_by})")
+                lines.append(f"   ⚠ outdated: a newer statement overrides this ({hit.superseded_by})")
             if hit.before_summary:
                 lines.append("   ℹ verbatim record from before the current summary")
             if hit.breadcrumbs:

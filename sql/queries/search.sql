@@ -135,6 +135,23 @@ SELECT user_id, category, key, value, last_verified_at FROM memory_facts
 WHERE merged_into IS NULL AND user_id = ANY(%(user_ids)s) AND last_verified_at > %(since)s
 ORDER BY user_id, category, key;
 
+-- name: fact_items_of_sessions
+-- The facts these sessions' turns stated, as their distillation calls gave them: each with
+-- the turn it cites (an excerpt holding that turn said it).
+SELECT DISTINCT v.session_id, (f ->> 'seq')::bigint AS seq, f ->> 'key' AS key, f ->> 'value' AS value
+FROM session_summary_versions v
+CROSS JOIN LATERAL jsonb_array_elements(coalesce(v.memory_items -> 'facts', '[]'::jsonb)) AS f
+WHERE v.session_id = ANY(%(session_ids)s) AND f ? 'seq' AND f ? 'key' AND f ? 'value'
+ORDER BY 1, 2, 3;
+
+-- name: closed_statements_of_sessions
+-- The graph statements these sessions' turns made that a newer one about the same subject
+-- and relation closed, with the newer object.
+SELECT g.session_id, g.seq_start, g.seq_end, g.subject, g.relation, n.object AS newer_object, g.valid_until
+FROM entity_graph g JOIN entity_graph n ON n.id = g.closed_by
+WHERE g.session_id = ANY(%(session_ids)s)
+ORDER BY g.id;
+
 -- name: summary_cursors
 SELECT session_id, cursor_ts FROM session_summaries WHERE session_id = ANY(%(session_ids)s);
 

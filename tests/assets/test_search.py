@@ -53,7 +53,20 @@ def test_server_port_lists_the_current_fact_first_and_the_old_value_as_outdated(
     assert old, "the old port should come back as an outdated raw excerpt"
     text = format_hits("server port", "all", hits)
     assert text.splitlines()[0] == f'memory_search "server port" (scope=all): {len(hits)} hit(s)'
-    assert "1. fact #" in text and "⚠ outdated: a newer curated fact overrides this" in text
+    assert "1. fact #" in text and "⚠ outdated: a newer statement overrides this" in text
+
+
+def test_outdated_names_a_newer_statement_about_what_the_passage_said_never_a_fact_of_another_subject(conn):
+    """Issue 37: the passage where bob forbids docker compose (session s-bob-0002, where the
+    config file's port and database URL were also read) is current: no newer statement is
+    about what its turns said. The recap of that session saying ledger-api runs on 8080 is
+    outdated, and the label names what replaced it."""
+    served = UnifiedMemorySearch(conn, EMBEDDER).serve("should we use docker compose", "raw", 5, "bob",
+                                                       budget_chars=None)
+    compose = [h for h in served.hits if "never use docker compose" in h.text]
+    assert compose and all(h.superseded_by is None for h in compose)
+    recap = [h for h in served.hits if "ledger-api runs on port 8080" in h.text]
+    assert recap and all(h.superseded_by in ("ledger_api_port: 9090", "ledger-api listens_on 9090") for h in recap)
 
 
 def test_a_knowledge_entry_a_newer_statement_overrides_is_labelled_outdated_and_ranked_after_current_ones(conn):

@@ -119,7 +119,7 @@ def test_embedded_default_run_then_psql_then_rerun_identical(tmp_path):
         lines = found.stdout.splitlines()
         assert lines[0].startswith('memory_search "server port" (scope=all):')
         assert lines[2].startswith("1. fact #") and lines[3].strip().endswith(": 9090")
-        assert "⚠ outdated: a newer curated fact overrides this" in found.stdout
+        assert "⚠ outdated: a newer statement overrides this" in found.stdout
         assert cli("search", "port", env=env).returncode == 2  # no user, no admin
         port = cli("search", "ledger-api port", "--user", "bob", "--scope", "knowledge", "--k", "10", env=env)
         assert port.returncode == 0, port.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -134,3 +135,28 @@ def test_times_named_in_questions(question, since, until):
 @pytest.mark.parametrize("question", ["may I ask which port?", "when did I move?", "jan said hi", "port 2025x"])
 def test_no_time_is_read_where_none_is_named(question):
     assert time_range(question, NOW) is None
+
+
+def test_an_excerpt_is_outdated_only_by_a_newer_statement_about_what_its_turns_said():
+    from memory_pipelines.search import MemoryHit, outdated_by
+
+    then, later = datetime(2026, 10, 2, 10, tzinfo=UTC), datetime(2026, 10, 9, 8, tzinfo=UTC)
+    hit = MemoryHit("raw", "User: let's run ledger-api on port 8080. Tool: port: 5432 in config.toml", "s-2", then,
+                    1.0, user_id="bob", start_seq=27, end_seq=37)
+    items = [{"session_id": "s-2", "seq": 28, "key": "config_database_url", "value": "postgresql://db:5432"},
+             {"session_id": "s-2", "seq": 30, "key": "ledger-api_port", "value": "8080"},
+             {"session_id": "s-2", "seq": 40, "key": "config_port", "value": "3000"},  # a turn it does not hold
+             {"session_id": "s-9", "seq": 30, "key": "config_host", "value": "0.0.0.0"}]  # another session
+    facts = {("bob", "config_database_url"): {"key": "config_database_url", "value": "postgresql://db:5432",
+                                              "last_verified_at": later},  # the same value: not replaced
+             ("bob", "config_port"): {"key": "config_port", "value": "9090", "last_verified_at": later},
+             ("bob", "config_host"): {"key": "config_host", "value": "127.0.0.1", "last_verified_at": later}}
+    assert outdated_by(hit, items, [], facts) is None  # near misses: same session, other subjects
+    facts[("bob", "ledger_api_port")] = {"key": "ledger_api_port", "value": "9090", "last_verified_at": later}
+    assert outdated_by(hit, items, [], facts) == "ledger_api_port: 9090"
+    # one that names the new value states the change: current
+    assert outdated_by(replace(hit, text=hit.text + " then 9090"), items, [], facts) is None
+    closed = [{"session_id": "s-2", "seq_start": 30, "seq_end": 30, "subject": "ledger-api", "relation": "listens_on",
+               "newer_object": "9090", "valid_until": later + timedelta(hours=1)}]
+    assert outdated_by(hit, [], closed, {}) == "ledger-api listens_on 9090"
+    assert outdated_by(replace(hit, start_seq=31), [], closed, {}) is None  # its turns did not say it
