@@ -102,6 +102,10 @@ class MemoryHit:
     path: tuple[str, ...] = ()
     fork: ForkPoint | None = None  # the hit's session is a fork: of which session, after which turn
 
+    def to_json(self) -> dict:
+        """Its fields, leaving out those it does not have (None)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
     def as_passage(self) -> Passage:
         return Passage(self.user_id or "", self.session_id or "", self.turns, self.best_seq, self.score,
                        self.terms, self.similarity)
@@ -129,7 +133,7 @@ class ServedMemory:
         return json.loads(json.dumps({
             "query": text, "scope": scope, "budget": asdict(self.budget), "left_out": self.left_out,
             "time_range": asdict(self.time_range) if self.time_range else None,
-            "hits": [asdict(h) for h in self.hits]}, ensure_ascii=False, default=str))
+            "hits": [h.to_json() for h in self.hits]}, ensure_ascii=False, default=str))
 
 
 @dataclass(frozen=True)
@@ -464,17 +468,7 @@ class MemorySearch:
                         limit: int) -> list[MemoryHit]:
         """Hybrid ranking, then current entries before outdated ones: an entry stating a
         graph statement that a newer one closed is `superseded_by` it (still returned)."""
-        hits = {}
-        for r in rows:
-            # rules-made entries repeat their title in the content
-            text = r["content"] if r["content"].casefold().startswith(r["title"].casefold()) \
-                else f"{r['title']}: {r['content']}"
-            hits[r["id"]] = MemoryHit(
-                "knowledge", text, r["session_id"], r["updated_at"], 0.0, id=r["id"], user_id=r["user_id"],
-                key=r["entry_key"], kind=r["kind"], category=r["scope"], start_seq=r["seq_start"],
-                end_seq=r["seq_end"], similarity=1 - r["distance"] if r["distance"] is not None else None,
-                matched_terms=_terms_hit(f"{r['title']} {r['content']}", terms),
-                superseded_by=superseded_by(f"{r['title']} {r['content']}", r["user_id"], r["updated_at"], triples))
+        hits = {r["id"]: _entry_hit(r, terms, triples) for r in rows}
         by_vector = sorted((h for h in hits.values() if h.similarity is not None), key=lambda h: (-h.similarity, h.id))
         by_text = sorted((h for h in hits.values() if h.matched_terms), key=lambda h: (-h.matched_terms, h.id))
         fused = fuse_rrf([by_vector[: limit * 4], by_text[: limit * 4]]) if terms else by_vector
@@ -492,6 +486,17 @@ class MemorySearch:
                           float(_terms_hit(r["error"] + r["fix"], terms)), id=r["id"], user_id=r["user_id"],
                           key=r["tool"], start_seq=r["error_seq"], end_seq=r["fix_seq"])
                 for r in sorted(rows, key=lambda r: r["observed_at"], reverse=True)]
+
+
+def _entry_hit(r: dict, terms: Sequence[str], triples: Sequence[Triple]) -> MemoryHit:
+    # rules-made entries repeat their title in the content
+    text = r["content"] if r["content"].casefold().startswith(r["title"].casefold()) else f"{r['title']}: {r['content']}"
+    return MemoryHit(
+        "knowledge", text, r["session_id"], r["updated_at"], 0.0, id=r["id"], user_id=r["user_id"],
+        key=r["entry_key"], kind=r["kind"], category=r["scope"], start_seq=r["seq_start"],
+        end_seq=r["seq_end"], similarity=1 - r["distance"] if r["distance"] is not None else None,
+        matched_terms=_terms_hit(f"{r['title']} {r['content']}", terms),
+        superseded_by=superseded_by(f"{r['title']} {r['content']}", r["user_id"], r["updated_at"], triples))
 
 
 def fuse_rrf(rankings: Sequence[Sequence[MemoryHit]], k: int = 60) -> list[MemoryHit]:
@@ -578,6 +583,8 @@ class UnifiedMemorySearch(MemorySearch):
                     for h, p in kept if p is not None], user_id, current_session_id, summary_at)
                 left_out += sum(p is None for _, p in kept)
                 continue
+            if tier == "knowledge" and scope == "all":
+                hits = self._decisions_of(served, user_id, hits, k)
             for hit in hits:
                 if budget.take(hit.text):
                     served.append(hit)
@@ -585,6 +592,30 @@ class UnifiedMemorySearch(MemorySearch):
                     left_out += 1
         self._count_access(served)
         return ServedMemory(tuple(served), budget, named, left_out)
+
+    def _decisions_of(self, served: Sequence[MemoryHit], user_id: str | None, entries: list[MemoryHit],
+                      k: int) -> list[MemoryHit]:
+        """The knowledge tier with, first, what each served passage's conversation settled
+        next: the first decision (an instruction entry) its session distilled from a turn
+        after the passage. The answer to "how long do we cache …" is often the user's
+        decision a few turns after the question matched best, and it is one line ("let's do
+        120s as a compromise")."""
+        passages = [h for h in served if h.source_type == "raw" and h.turns]
+        if user_id is None or not passages:
+            return entries
+        rows, triples = self._fetch([
+            ("session_decisions", {"user_id": user_id, "session_ids": list(dict.fromkeys(h.session_id for h in passages)),
+                                   "at": datetime.now().astimezone()}),
+            ("graph_statements", {"user_ids": [user_id], "all_users": False})])
+        triples = [Triple(**row) for row in triples]
+        decisions: dict[int, MemoryHit] = {}
+        for passage in passages:
+            after = [r for r in rows if r["session_id"] == passage.session_id and r["seq_start"] is not None
+                     and r["seq_start"] > passage.end_seq]
+            if nearest := min(after, key=lambda r: (r["seq_start"], r["id"]), default=None):
+                decisions.setdefault(nearest["id"], _entry_hit(nearest, (), triples))
+        chosen = sorted(decisions.values(), key=lambda h: h.superseded_by is not None)  # stable
+        return (chosen + [h for h in entries if h.id not in decisions])[:max(k, len(chosen))]
 
     def named_time(self, text: str, user_id: str | None, now: datetime | None) -> TimeRange | None:
         """The time the question names, relative to `now` (default: the user's newest turn)."""

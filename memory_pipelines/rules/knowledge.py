@@ -39,8 +39,11 @@ def synthesize(messages: Sequence[Message], summary: Summary | None) -> dict:
     relations: list[dict] = []
     by_seq = {m.seq: m for m in messages}
     for decision in (summary.key_decisions if summary else ()):
-        entries.append({"kind": "instruction", "title": _title(decision.split(": ", 1)[-1]), "content": decision,
-                        "tags": ["decision"], "confidence": 0.9, "seq": None})
+        said = decision.split(": ", 1)[-1]
+        # the user's turn of this chunk that said it (a decision of an earlier chunk cites none)
+        source = next((m.seq for m in reversed(messages) if m.role == "user" and said in m.content), None)
+        entries.append({"kind": "instruction", "title": _title(said), "content": decision,
+                        "tags": ["decision"], "confidence": 0.9, "seq": source})
     for item in extract_facts(messages):
         kind = KIND_BY_CATEGORY.get(item["category"], "fact")
         subject = item["key"].replace("_", " ")

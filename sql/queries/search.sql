@@ -206,6 +206,16 @@ SELECT EXISTS (SELECT 1 FROM session_summaries WHERE session_id = %(session_id)s
 -- name: session_owner
 SELECT user_id FROM sessions WHERE session_id = %(session_id)s;
 
+-- name: session_decisions
+-- The instructions (Do:/Don't: decisions) distilled from these sessions of one user: what a
+-- served conversation settled, often turns after the question's best match.
+SELECT id, entry_key, user_id, kind, title, content, tags, scope, scope_id, consent_basis, updated_at, session_id,
+       seq_start, seq_end, version, NULL::float8 AS distance, 0::float4 AS text_rank, false AS text_match
+FROM knowledge_entries
+WHERE user_id = %(user_id)s AND session_id = ANY(%(session_ids)s) AND kind = 'instruction'
+  AND (valid_until IS NULL OR valid_until > %(at)s)
+ORDER BY session_id, seq_start, id;
+
 -- name: knowledge_search
 -- A scoped search: the user's entries (entity scope, and session scope for one session or
 -- all of theirs), a process's entries when named, and global ones; expired ones leave.

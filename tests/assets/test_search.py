@@ -69,6 +69,16 @@ def test_outdated_names_a_newer_statement_about_what_the_passage_said_never_a_fa
     assert recap and all(h.superseded_by in ("ledger_api_port: 9090", "ledger-api listens_on 9090") for h in recap)
 
 
+@pytest.mark.parametrize("question, answer", [("should we use docker compose", "never use docker compose"),
+                                              ("how long do we cache token introspection", "120s as a compromise")])
+def test_an_answer_of_one_short_turn_is_served_within_1500_characters(conn, question, answer):
+    """Issue 37: the budget goes by value, not to the longest passages first: a long passage
+    takes its share while others wait, and what a served conversation settled next comes
+    with it."""
+    served = UnifiedMemorySearch(conn, EMBEDDER).serve(question, "all", 5, "bob", budget_chars=1500)
+    assert served.budget.used <= 1500 and answer in "\n".join(h.text for h in served.hits)
+
+
 def test_a_knowledge_entry_a_newer_statement_overrides_is_labelled_outdated_and_ranked_after_current_ones(conn):
     hits = UnifiedMemorySearch(conn, EMBEDDER).search("ledger-api port", scope="knowledge", user_id="bob", k=10)
     assert hits[0].superseded_by is None and "9090" in hits[0].text

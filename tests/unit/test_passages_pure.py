@@ -160,3 +160,18 @@ def test_an_excerpt_is_outdated_only_by_a_newer_statement_about_what_its_turns_s
                "newer_object": "9090", "valid_until": later + timedelta(hours=1)}]
     assert outdated_by(hit, [], closed, {}) == "ledger-api listens_on 9090"
     assert outdated_by(replace(hit, start_seq=31), [], closed, {}) is None  # its turns did not say it
+
+
+def test_while_other_passages_wait_a_long_one_takes_its_share_and_the_last_what_is_left():
+    from memory_pipelines.passages import PASSAGE_LEAST_CHARS, PASSAGE_SHARE, fill_passages
+
+    long = passage("x" * 900, "the port is 8443", "y" * 900, best=1)
+    short = replace(passage("we settled on port 9090"), session_id="s2")
+    budget = Budget(1500)
+    first, second = fill_passages([long, short], budget)
+    share = max(int(1500 * PASSAGE_SHARE), PASSAGE_LEAST_CHARS)
+    assert len(first.text) <= share and "8443" in first.text  # its best turn, within its share
+    assert second is short and budget.used == len(first.text) + len(short.text)
+    # alone, or last, a passage takes what is left: the whole of it when that fits
+    assert fill_passages([long], Budget(5000)) == [long]
+    assert fill_passages([short, long], Budget(2000))[1] == long
