@@ -36,7 +36,7 @@ class IngestRun:
     scenario: str
     messages: int  # stored
     read: int
-    files_read: int
+    file_reads: int
     files_indexed: int
     seconds: float
     peak_rss_mb: float
@@ -62,7 +62,7 @@ def ingest_markdown(result: IngestBench) -> str:
              f"{result.source_bytes / 1e9:.2f} GB of JSON Lines (a file per day)", "",
              "| source | run | records read | stored | files indexed | files read | seconds | records/s | peak RSS MB |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r.source} | {r.scenario} | {r.read:,} | {r.messages:,} | {r.files_indexed:,} | {r.files_read:,} | "
+    lines += [f"| {r.source} | {r.scenario} | {r.read:,} | {r.messages:,} | {r.files_indexed:,} | {r.file_reads:,} | "
               f"{r.seconds:.1f} | {r.messages_per_s:,.0f} | {r.peak_rss_mb:,.0f} |" for r in result.runs]
     return "\n".join(lines)
 
@@ -85,7 +85,7 @@ def _worker(location: str, url: str, first: str, last: str, endpoint: str | None
     seconds = time.perf_counter() - started
     # a range's totals are on its last day's materialization
     meta = {k: v.value for k, v in result.asset_materializations_for_node("transcripts")[-1].metadata.items()}
-    return {"seconds": seconds, **{k: meta[k] for k in ("read", "stored", "files_read", "files_indexed")}}
+    return {"seconds": seconds, **{k: meta[k] for k in ("read", "stored", "file_reads", "files_indexed")}}
 
 
 def _measure(source: str, scenario: str, location: str, url: str, first: str, last: str,
@@ -99,7 +99,7 @@ def _measure(source: str, scenario: str, location: str, url: str, first: str, la
             raise RuntimeError(f"the {source} {scenario} run failed (exit {proc.returncode})")
         out.seek(0)
         found = json.loads(out.read().strip().splitlines()[-1])
-    return IngestRun(source, scenario, found["stored"], found["read"], found["files_read"], found["files_indexed"],
+    return IngestRun(source, scenario, found["stored"], found["read"], found["file_reads"], found["files_indexed"],
                      found["seconds"], usage.ru_maxrss / 1024)
 
 

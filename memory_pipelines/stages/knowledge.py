@@ -31,7 +31,7 @@ class Settings:
 @dataclass
 class KnowledgeCounts(Counts):
     entries_seen: int = 0
-    entries_written: int = 0
+    entry_writes: int = 0  # inserts and updates: an entry seen again on a later day is written again
     entries_dropped: int = 0
     entries_with_pii: int = 0
     relations: int = 0
@@ -92,7 +92,7 @@ def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[repositor
                                        "importance": e.importance, "pii": ",".join(e.pii_kinds)} for e in found)
             sources.append({"session_id": session_id, "partition_key": key, "fingerprint": fingerprint,
                             "entries": found_count, "run_id": ctx.run_id})
-        counts.entries_written += repository.forge_knowledge(conn, entries)
+        counts.entry_writes += repository.forge_knowledge(conn, entries)
         repository.forge_relations(conn, relations)
         repository.record_knowledge_sources(conn, sources)
     return report

@@ -35,7 +35,7 @@ class TranscriptCounts(Counts):
     source: str = ""
     files_listed: int = 0  # files or objects the location holds (a table: 0)
     files_indexed: int = 0  # new or changed since the last run: scanned to learn their days
-    files_read: int = 0  # read for the window's days
+    file_reads: int = 0  # files read for the window's days: one holding several of them, once for each
     files_gone: int = 0  # indexed before, gone now (their messages stay archived)
     files_unreadable: int = 0  # listed, not readable: quarantined, tried again next run
     files_skipped: int = 0
@@ -73,7 +73,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
         # location, and a run stopped on a later day keeps the days it finished
         for day in plan.windows:
             for scan in plan.read(day):
-                counts.files_read += scan.files
+                counts.file_reads += scan.files
                 # a file may also fail between indexing and reading its day
                 unreadable |= {r.source_file for r in scan.quarantined
                                if r.reason == QuarantineReason.UNREADABLE_FILE}

@@ -110,8 +110,8 @@ def test_search_answers_as_the_query_module(api, query_module):
         got = client.get("/v1/search", params={"q": "which port does ledger-api use", "budget": 2000}).json()
         posted = client.post("/v1/search", json={"q": "which port does ledger-api use", "budget": 2000}).json()
     for answer in (got, posted):
-        assert [(h["source_type"], h["id"]) for h in answer["hits"]] == [
-            (h["source_type"], h["id"]) for h in served["hits"]]
+        assert [(h["source_type"], h.get("id")) for h in answer["hits"]] == [
+            (h["source_type"], h.get("id")) for h in served["hits"]]
         assert answer["budget"] == served["budget"] and answer["budget"]["used"] <= 2000
 
 
@@ -282,17 +282,20 @@ def test_hostile_input_gets_one_structured_error_each_and_the_server_keeps_servi
             "bad scope": client.get("/v1/search", params={"q": "port", "scope": "everything"}),
             "empty query": client.get("/v1/search", params={"q": "  "}),
             "no route": client.get("/v2/search"),
+            "unknown parameter": client.get("/v1/search", params={"q": "port", "user": "alice"}),
         }
         expected = {"huge query": (400, "invalid_request"), "huge body": (413, "body_too_large"),
                     "invalid json": (400, "invalid_json"), "invalid utf-8": (400, "invalid_json"),
                     "unknown field": (422, "invalid_request"), "wrong type": (422, "invalid_request"),
                     "bad scope": (422, "invalid_request"), "empty query": (400, "invalid_request"),
-                    "no route": (404, "not_found")}
+                    "no route": (404, "not_found"), "unknown parameter": (400, "unknown_parameter")}
         for name, response in cases.items():
             error = response.json()["error"]
             assert (response.status_code, error["code"]) == expected[name], (name, response.text[:300])
             assert error["message"] and "\n" not in error["message"] and "Traceback" not in response.text
         assert "admin: unknown field" in cases["unknown field"].json()["error"]["message"]
+        assert cases["unknown parameter"].json()["error"]["message"].startswith(
+            "unknown query parameter(s) user: /v1/search takes ")
         sql_like = client.get("/v1/search", params={"q": "'; DROP TABLE memory_facts; -- ledger port"})
         assert sql_like.status_code == 200 and sql_like.json()["hits"][0]["key"] == "ledger_api_port"
         assert client.get("/healthz").json()["status"] == "ok"

@@ -5,6 +5,7 @@ query module."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 from contextlib import asynccontextmanager
@@ -50,7 +51,7 @@ def mcp_http(mcp_setup):
 async def stdio_session(env: dict, key: str):
     params = StdioServerParameters(command=str(ENTRY), args=["serve", "mcp"], env={**env, "MEMORY_API_KEY": key})
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+        session.initialized = await session.initialize()  # the server's name and version
         yield session
 
 
@@ -85,7 +86,7 @@ def test_stdio_lists_every_tool_and_each_answers_as_the_query_module(mcp_setup):
     async def session_calls() -> dict:
         async with stdio_session(env, keys["bob"]) as session:
             tools = {t.name: t for t in (await session.list_tools()).tools}
-            out = {"tools": tools}
+            out = {"tools": tools, "server": session.initialized.server_info}
             out["search"] = await session.call_tool("memory_search", {"query": "ledger port", "budget": 1500})
             out["saved"] = await session.call_tool("memory", {
                 "action": "save", "category": "preferences", "key": "Terminal", "value": "wezterm",
@@ -120,6 +121,7 @@ def test_stdio_lists_every_tool_and_each_answers_as_the_query_module(mcp_setup):
             return out
 
     out = anyio.run(session_calls)
+    assert (out["server"].name, out["server"].version) == ("memory-pipelines", importlib.metadata.version("memory-pipelines"))
     tools = out["tools"]
     assert set(tools) == TOOLS
     for tool in tools.values():
@@ -128,7 +130,7 @@ def test_stdio_lists_every_tool_and_each_answers_as_the_query_module(mcp_setup):
 
     ids, text = expected_search(url, "ledger port", "bob", 1500)
     search = structured(out["search"])
-    assert [(h["source_type"], h["id"]) for h in search["hits"]] == ids
+    assert [(h["source_type"], h.get("id")) for h in search["hits"]] == ids
     assert out["search"].content[0].text == text  # the agent reads what the CLI prints
     assert search["hits"][0]["key"] == "ledger_api_port"
 
@@ -201,7 +203,7 @@ def test_streamable_http_serves_each_key_its_own_users_memory(mcp_setup, mcp_htt
     assert out["tools"] == TOOLS
     ids, _ = expected_search(url, "ledger port", "bob", 1500)
     bob = structured(out["bob"])
-    assert [(h["source_type"], h["id"]) for h in bob["hits"]] == ids and bob["hits"][0]["key"] == "ledger_api_port"
+    assert [(h["source_type"], h.get("id")) for h in bob["hits"]] == ids and bob["hits"][0]["key"] == "ledger_api_port"
     alice = structured(out["alice"])
     assert alice["hits"] and {h["user_id"] for h in alice["hits"]} == {"alice"}
     assert "forbidden" in out["alice_summary"]

@@ -165,6 +165,6 @@ def test_bench_ingest_measures_each_run_in_a_process_of_its_own(database_url):
     for (source, scenario), run in runs.items():
         assert run["peak_rss_mb"] > 50 and run["seconds"] > 0, (source, scenario)
         # one day reads one file of 200 messages; the whole range all three
-        assert (run["read"], run["files_read"]) == ((600, 3) if scenario.startswith("whole") else (200, 1))
+        assert (run["read"], run["file_reads"]) == ((600, 3) if scenario.startswith("whole") else (200, 1))
     assert runs[("local", "one day, first run (indexes every file)")]["files_indexed"] == 3
     assert runs[("local", "one day, index kept")]["files_indexed"] == 0

@@ -244,6 +244,8 @@ def test_tree_show_prints_bobs_scene_and_session_trees_and_names_what_to_fix(mak
     assert "alice" not in shown.stdout
     one = cli("tree", "show", "--user", "bob", "--session", "s-bob-0005", "--depth", "1").stdout.splitlines()
     assert one[0].startswith("session tree of s-bob-0005") and len(one) == 3  # the title, the root and its summary
+    two = cli("tree", "show", "--user", "bob", "--session", "s-bob-0005", "--depth", "2").stdout.splitlines()
+    assert two[:3] == one and len(two) > 3 and two[3].startswith("    - ")  # the root's children, a level in
     forest = cli("search", "ledger-api port", "--user", "bob", "--scope", "raw", "--mode", "forest", "--k", "2")
     assert forest.returncode == 0, forest.stderr
     assert "passage · turn #" in forest.stdout and "   via month:2026-10 › week:2026-10:" in forest.stdout
@@ -319,3 +321,21 @@ def test_a_record_dated_tomorrow_waits_for_its_day_and_the_rest_runs(database_ur
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT seq FROM messages ORDER BY seq").fetchall() == [(1,), (2,)]
         assert conn.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 0
+
+
+def test_reading_commands_work_past_a_bad_setting_they_do_not_use_and_json_leaves_nulls_out(make_sample_database,
+                                                                                           monkeypatch):
+    """Issue 37: quiet by default."""
+    monkeypatch.setenv("MEMORY_DATABASE_URL", make_sample_database())
+    monkeypatch.setenv("MEMORY_DECAY_THRESHOLD", "7")  # decay's: nothing a search reads
+    users = cli("users")
+    assert users.returncode == 0 and "bob" in users.stdout, users.stderr
+    assert users.stderr.strip() == ("memory-pipelines: warning: MEMORY_DECAY_THRESHOLD='7' is not valid: expected a "
+                                    "number from 0 to 1 (0: never by score) (ignored unless `users` needs it)")
+    refused = cli("run")
+    assert refused.returncode == 2 and "MEMORY_DECAY_THRESHOLD='7' is not valid" in refused.stderr
+    monkeypatch.delenv("MEMORY_DECAY_THRESHOLD")
+    found = cli("search", "ledger-api port", "--user", "bob", "--json")
+    assert found.returncode == 0 and found.stderr == "", found.stderr  # no default announced by a search
+    hits = json.loads(found.stdout)["hits"]
+    assert hits and all(value is not None for hit in hits for value in hit.values())

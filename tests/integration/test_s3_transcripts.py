@@ -49,7 +49,7 @@ def test_a_prefix_is_ingested_and_the_next_run_reads_only_what_is_new(s3_bucket,
                _line("late-1", 1, "2026-10-20T08:00:00Z", "late news") +
                _line("late-1", 2, "2026-10-20T08:01:00Z", "more late news"))
     late = _run(database_url, location, "2026-10-20", endpoint)
-    assert (late["files_listed"], late["files_indexed"], late["files_read"], late["stored"]) == (listed + 1, 1, 1, 2)
+    assert (late["files_listed"], late["files_indexed"], late["file_reads"], late["stored"]) == (listed + 1, 1, 1, 2)
     # nothing new: nothing scanned again, and the day reads its files only
     again = _run(database_url, location, "2026-10-04", endpoint)
     assert again["files_indexed"] == 0 and again["stored"] == 0 and again["duplicate"] == first["stored"]
