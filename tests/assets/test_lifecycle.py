@@ -151,6 +151,12 @@ def test_error_memory_and_ttl_renewal(make_sample_database):
         ).fetchall()
         assert expires_after > expires_before and expires_after > datetime.now(UTC) + timedelta(days=89)
         assert count == 1
+        # years later in no one's conversation: a TTL runs on its user's own clock, which stopped
+        # with their last message (issue 37)
+        report = decay(conn, datetime(2030, 1, 1, tzinfo=UTC), "2029-12-31", "test")
+        assert report.archived["error_memory:ttl"] == 0
+        # past its TTL by the user's clock: archived
+        conn.execute("UPDATE error_memory SET expires_at = observed_at")
         report = decay(conn, datetime(2030, 1, 1, tzinfo=UTC), "2029-12-31", "test")
         assert report.archived["error_memory:ttl"] > 0
         assert conn.execute("SELECT count(*) FROM error_memory").fetchone()[0] == 0

@@ -221,6 +221,9 @@ def test_archive_lists_and_restores_in_bulk_by_run_dry_run_first(database_url, t
     shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder)
     eager = {**os.environ, "MEMORY_DECAY_MIN_AGE_DAYS": "1"}  # old enough after a day: something decays
     days = ("--start", "2026-10-01", "--end", "2026-10-04")  # bob's first three sessions
+    # two runs: a run never archives what it stored itself (issue 37); the second archives the first's
+    assert cli("run", "--transcripts", str(folder), "--start", "2026-10-01", "--end", "2026-10-02",
+               env=eager).returncode == 0
     assert cli("run", "--transcripts", str(folder), *days, env=eager).returncode == 0
     listed = cli("archive", "list", "--reason", "decayed", "--json")
     rows = json.loads(listed.stdout)
