@@ -16,7 +16,7 @@ from itertools import islice
 from pathlib import Path
 
 from memory_pipelines.config import ConfigError, Settings, validate_environment
-from memory_pipelines.interrupts import Interrupted, raise_on_stop_signals
+from memory_pipelines.interrupts import STOP_SIGNALS, Interrupted, raise_on_stop_signals
 from memory_pipelines.records import ARCHIVE_REASONS, DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES, TRANSCRIPT_FORMATS
 
 
@@ -1125,9 +1125,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app = "memory_pipelines.api.http:build_app"
         print(f"memory API at http://{args.host}:{args.port}/v1 (docs: /docs), {args.workers} worker(s)",
               file=sys.stderr)
-    # uvicorn ends on SIGTERM or SIGINT gracefully: no new connections, requests in flight finish
+    # uvicorn ends on SIGTERM or SIGINT gracefully (no new connections, requests in flight
+    # finish), then raises the signal again, which uvicorn.run swallows: note it to say so
+    stopped_by = []
+
+    def note(signum, _frame):
+        stopped_by.append(signum)
+        raise Interrupted(signum)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, note)
     uvicorn.run(app, factory=isinstance(app, str), host=args.host, port=args.port, workers=args.workers,
                 access_log=False, log_config=_uvicorn_logging(), timeout_graceful_shutdown=int(settings.timeout) + 5)
+    if stopped_by:
+        raise Interrupted(stopped_by[0])
     return 0
 
 

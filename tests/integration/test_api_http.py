@@ -69,6 +69,8 @@ def api(make_module_sample_database, tmp_path_factory):
     server = start_server(["http", "--port", str(free_port())], env, home / "server.log")
     yield Api(server, url, keys, env)
     assert server.stop() and "Application shutdown complete" in server.output(), server.output()[-2000:]
+    # stopped, and said so in one line (issue 37)
+    assert server.proc.returncode == 143 and server.output().rstrip().endswith("memory-pipelines: stopped by SIGTERM")
 
 
 @pytest.fixture
