@@ -17,7 +17,7 @@ from memory_pipelines.formats import (
 )
 from memory_pipelines.records import QuarantineReason
 
-SAMPLES = Path(formats.__file__).parent / "sample_data"
+SAMPLES = Path(formats.__file__).parent.parent / "sample_data"
 OPENAI = SAMPLES / "formats" / "openai" / "chat_log.jsonl"
 EVENTS = SAMPLES / "formats" / "agent_events" / "session.jsonl"
 EXPORT = SAMPLES / "formats" / "chat_export" / "conversations.json"

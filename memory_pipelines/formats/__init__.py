@@ -1,0 +1,137 @@
+"""The transcript formats real agents write, decoded into this project's canonical records
+(`schemas/transcript_message.schema.json`).
+
+A file's bytes become `RawRecord`s: each the JSON text of one canonical record, which
+`scan_records` (`sql/queries/transcript_scan.sql`) then validates, or a record refused before
+validation with its reason and one line naming what to fix. Nothing here raises on bad
+input: every fault is a refused record. The formats (mapping tables in docs/formats.md):
+
+- canonical: the schema's own records: JSON Lines, Parquet rows, or a `.json` array of them
+  (such as a per-session `history.json`);
+- openai: JSON Lines of chat-completion conversations, one `messages` array a line;
+- agent-events: JSON Lines of a coding agent's session events, one `message` an event;
+- chat-export: a chat service's `conversations.json`, message trees whose current path is a
+  session and whose other branches are its forks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from memory_pipelines.formats.agent_events import _event_records
+from memory_pipelines.formats.canonical import (
+    _json_array_records,
+    _jsonl_records,
+    _parquet_records,
+)
+from memory_pipelines.formats.chat_export import _chat_export_records
+from memory_pipelines.formats.common import (
+    ACCEPTED_KINDS,
+    CANONICAL_FIELDS,
+    JSONL_SUFFIXES,
+    TRANSCRIPT_SUFFIXES,
+    FormatOptions,
+    RawRecord,
+    _first_array_object,
+    _jsonl_lines,
+    _numbered,
+    _suffix,
+    _text,
+    call_arguments,
+)
+from memory_pipelines.formats.openai import _openai_records
+from memory_pipelines.records import TRANSCRIPT_FORMATS, QuarantineReason
+
+__all__ = ["ACCEPTED_KINDS", "CANONICAL_FIELDS", "TRANSCRIPT_FORMATS", "FormatOptions", "RawRecord", "call_arguments",
+           "decode_records", "detect_format", "is_transcript_name", "parse_field_mapping"]
+
+
+def is_transcript_name(name: str) -> bool:
+    """Whether a file of this name is read as transcripts (by suffix, case-insensitive)."""
+    return _suffix(name) in TRANSCRIPT_SUFFIXES
+
+
+def parse_field_mapping(text: str) -> dict[str, str]:
+    """`session_id=conversation_id,user_id=metadata.user` as {canonical field: dotted path}."""
+    mapping: dict[str, str] = {}
+    allowed = ", ".join(CANONICAL_FIELDS)
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, path = (s.strip() for s in part.partition("="))
+        if not sep or not path:
+            raise ValueError(f"field mapping {part!r} is not canonical=path (canonical: {allowed})")
+        if name not in CANONICAL_FIELDS:
+            raise ValueError(f"field mapping {part!r}: {name!r} is no canonical field (canonical: {allowed})")
+        if "" in path.split("."):
+            raise ValueError(f"field mapping {part!r}: the path {path!r} has an empty step")
+        if name in mapping:
+            raise ValueError(f"field mapping {part!r}: {name} is mapped twice")
+        mapping[name] = path
+    return mapping
+
+
+def detect_format(name: str, data: bytes) -> str:
+    """The format a file is in, from its name and first records; canonical when nothing else fits
+    (its own per-record errors then explain)."""
+    suffix = _suffix(name)
+    if suffix == ".json":
+        first = _first_array_object(_text(data))
+        return "chat-export" if first is not None and _is_conversation(first) else "canonical"
+    if suffix in JSONL_SUFFIXES:
+        return _jsonl_format(data)
+    return "canonical"
+
+
+def decode_records(name: str, data: bytes, fmt: str | None = None,
+                   options: FormatOptions = FormatOptions()) -> Iterator[RawRecord]:
+    """The canonical records a file holds, in file order. `fmt` None (or "auto"): detected. A
+    forced format that does not fit the file gives refused records, never an exception."""
+    if fmt is None or fmt == "auto":
+        fmt = detect_format(name, data)
+    if fmt not in TRANSCRIPT_FORMATS:
+        raise ValueError(f"unknown transcript format {fmt!r} (expected auto or one of {', '.join(TRANSCRIPT_FORMATS)})")
+    suffix = _suffix(name)
+    if suffix == ".parquet":
+        if fmt == "canonical":
+            return _parquet_records(data)
+        return iter([RawRecord(0, "", len(data), QuarantineReason.UNMAPPED,
+                               f"format {fmt} is not read from Parquet: a .parquet file holds canonical records "
+                               "(set MEMORY_TRANSCRIPT_FORMAT=auto or canonical)")])
+    if fmt == "canonical":
+        return _json_array_records(data) if suffix == ".json" else _jsonl_records(data)
+    if fmt == "openai":
+        return _numbered(_openai_records(data, options))
+    if fmt == "agent-events":
+        return _event_records(data, options)
+    return _chat_export_records(data, options)
+
+
+
+# -- detection
+
+
+def _is_conversation(obj: dict) -> bool:
+    return "mapping" in obj and ("current_node" in obj or "title" in obj)
+
+
+def _jsonl_format(data: bytes) -> str:
+    """The format of JSON Lines, from the first object line that tells (a session log may open
+    with summary events)."""
+    for _, line in _jsonl_lines(data):
+        try:
+            obj = json.loads(line.decode("utf-8", "replace"))
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if isinstance(obj.get("messages"), list):
+            return "openai"
+        if isinstance(obj.get("message"), dict) and any(k in obj for k in ("sessionId", "uuid", "parentUuid")):
+            return "agent-events"
+        # an event holding no message (a summary, a snapshot) tells nothing; a record does
+        if not (isinstance(obj.get("type"), str) and "message" not in obj and "role" not in obj):
+            return "canonical"
+    return "canonical"
+
