@@ -47,6 +47,8 @@ class QuarantineReason(StrEnum):
 # what unified search can be narrowed to
 SEARCH_SCOPES = ("all", "facts", "raw", "sketches", "knowledge")
 # how transcript files are read (memory_pipelines.formats, docs/formats.md)
+# a source event that is no turn (formats' `_skipped`): counted by kind, not quarantined
+SKIPPED_EVENT = "skipped_event"
 TRANSCRIPT_FORMATS = ("canonical", "openai", "agent-events", "chat-export")
 # how a fork's turns come into its parent (memory_pipelines.forks)
 MERGE_MODES = ("append", "replace", "summarize")

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
-from memory_pipelines.records import Message, QuarantineReason
+from memory_pipelines.records import SKIPPED_EVENT, Message, QuarantineReason
 
 TRANSCRIPT_SUFFIXES = (".jsonl", ".ndjson", ".parquet", ".json")
 ACCEPTED_KINDS = (".jsonl or .ndjson (JSON Lines), .parquet, or .json (a JSON array of messages such as "
@@ -36,7 +36,7 @@ class RawRecord:
     raw: str  # the canonical record as JSON text (what scan_records parses), or the original text when refused
     raw_bytes: int  # size in bytes of the source record (for the too_large cap)
     pre_reason: str | None = None  # a QuarantineReason value when refused before validation
-    pre_detail: str | None = None  # one line naming what to fix
+    pre_detail: str | None = None  # one line naming what to fix; the event's kind when skipped
 
 
 @dataclass(frozen=True)
@@ -262,6 +262,14 @@ def _message(session_id: str, user_id: str, seq: int, role: Any, content: str, t
               "parent_session_id": parent_session_id, "fork_seq": fork_seq}
     raw = json.dumps({k: v for k, v in record.items() if v is not None}, ensure_ascii=False)
     return RawRecord(0, raw, len(raw.encode()))
+
+
+def _skipped(kind: str, ts: Any = None, line: int = 0) -> RawRecord:
+    """A source event that is no turn (a snapshot, a notice, a title): counted as skipped by
+    its kind, never quarantined; its time, if any, dates it to its day."""
+    when = _as_time(ts)
+    raw = json.dumps({"ts": when} if when is not None else {})
+    return RawRecord(line, raw, len(raw), SKIPPED_EVENT, kind)
 
 
 def _numbered(records: Iterator[RawRecord]) -> Iterator[RawRecord]:
