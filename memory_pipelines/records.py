@@ -47,6 +47,9 @@ class QuarantineReason(StrEnum):
 # what unified search can be narrowed to
 SEARCH_SCOPES = ("all", "facts", "raw", "sketches", "knowledge")
 # how transcript files are read (memory_pipelines.formats, docs/formats.md)
+# who wrote a message (Message.speaker), and who a role's messages are written by by default
+SPEAKERS = ("human", "agent", "tool", "system")
+SPEAKER_OF_ROLE = {"user": "human", "assistant": "agent", "tool": "tool", "system": "system"}
 # a source event that is no turn (formats' `_skipped`): counted by kind, not quarantined
 SKIPPED_EVENT = "skipped_event"
 TRANSCRIPT_FORMATS = ("canonical", "openai", "agent-events", "chat-export")
@@ -92,6 +95,14 @@ class Message:
     # a fork's records name the session it branched from and the last turn they share
     parent_session_id: str | None = None
     fork_seq: int | None = None
+
+    @property
+    def speaker(self) -> str:
+        """Who wrote the message: `human`, `agent`, `tool` or `system`. A format records it in
+        metadata where the role says otherwise (a subagent's brief is a user turn an agent
+        wrote; an interruption notice is a user turn the harness wrote)."""
+        said = self.metadata.get("speaker")
+        return said if said in SPEAKERS else SPEAKER_OF_ROLE.get(self.role, "system")
 
 
 @dataclass(frozen=True, slots=True)
