@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from functools import partial
 from pathlib import Path
@@ -180,6 +180,7 @@ class RangeRun:
     quarantined: int
     refused_by_reason: Counter
     shard: int = 0
+    events_skipped: Counter = field(default_factory=Counter)  # source events that are no turn, by kind
 
 
 def partition_keys_between(start: str, end: str) -> list[str]:
@@ -323,7 +324,9 @@ def run_range(keys: Sequence[str], echo: Callable[[str], None] = print, shard: i
     sys.stdout.flush()
     return RangeRun(keys[0], keys[-1], len(keys), result.run_id, time.perf_counter() - started,
                     ingested.metadata["read"].value, ingested.metadata["quarantined"].value,
-                    Counter(ingested.metadata["quarantined_by_reason"].value), shard)
+                    Counter(ingested.metadata["quarantined_by_reason"].value), shard,
+                    sum((Counter(m.metadata["events_skipped"].value)
+                         for m in result.asset_materializations_for_node("transcripts")), Counter()))
 
 
 def _first_failed_step(result: dg.ExecuteInProcessResult | dg.JobExecutionResult) -> str | None:

@@ -185,6 +185,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"done: {len(keys)} partition(s){runs_label} in {time.perf_counter() - started:.1f}s")
     for table, count in counts.items():
         print(f"  {table:<{width}}  {count:>8}")
+    skipped_events = sum((r.events_skipped for r in runs), Counter())
+    if skipped_events:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in skipped_events.most_common())
+        print(f"skipped: {skipped_events.total()} source event(s) that are no turn ({kinds})")
     read, quarantined = sum(r.read for r in runs), sum(r.quarantined for r in runs)
     if read and quarantined == read:
         refused = sum((r.refused_by_reason for r in runs), Counter())

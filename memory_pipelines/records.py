@@ -126,6 +126,8 @@ class TranscriptScan:
     quarantined: tuple[QuarantinedRecord, ...]
     files: int
     skipped_files: tuple[str, ...] = ()  # files of no transcript kind in the folder, not read
+    # source events that are no turn (a snapshot, a notice), by kind: counted, not quarantined
+    skipped_events: tuple[tuple[str, int], ...] = ()
 
     @property
     def read(self) -> int:

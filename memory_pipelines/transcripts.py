@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,7 +22,9 @@ import pyarrow as pa
 
 from memory_pipelines.db.queries import query
 from memory_pipelines.formats import ACCEPTED_KINDS, RawRecord
-from memory_pipelines.records import Message, QuarantinedRecord, QuarantineReason, TimeWindow, TranscriptScan
+from memory_pipelines.records import (
+    SKIPPED_EVENT, Message, QuarantinedRecord, QuarantineReason, TimeWindow, TranscriptScan,
+)
 
 SKIPPED_SHOWN = 10
 DAY_US = 86_400_000_000
@@ -99,6 +102,15 @@ def _strip_nul(text: str) -> str:
     return text.replace("\x00", "")
 
 
+# where a row of `validated_records` holds its reason and detail (row_to_result reads them all)
+_REASON, _DETAIL = 3, 4
+
+
+def is_skipped_event(row: tuple) -> bool:
+    """Whether a row of `validated_records` is a source event that is no turn (counted only)."""
+    return row[_REASON] == SKIPPED_EVENT
+
+
 def row_to_result(row: tuple) -> Message | QuarantinedRecord:
     """One row of `validated_records` as a message, or as a refused record with its reason."""
     (source, line, raw_bytes, reason, detail, raw, session_id, user_id, seq, role, content,
@@ -134,10 +146,11 @@ def scan_of(window: TimeWindow, rows: list[tuple], files: int, skipped: tuple[st
             refused: Sequence[QuarantinedRecord] = ()) -> TranscriptScan:
     """A window's validated rows as messages and refused records, with `refused` (records
     refused before validation: an unreadable file) after them."""
-    results = [row_to_result(row) for row in rows]
+    kinds = Counter(row[_DETAIL] for row in rows if is_skipped_event(row))
+    results = [row_to_result(row) for row in rows if not is_skipped_event(row)]
     return TranscriptScan(
         window=window,
         messages=tuple(r for r in results if isinstance(r, Message)),
         quarantined=(*(r for r in results if isinstance(r, QuarantinedRecord)), *refused),
-        files=files, skipped_files=skipped,
+        files=files, skipped_files=skipped, skipped_events=tuple(sorted(kinds.items())),
     )

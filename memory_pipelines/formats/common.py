@@ -255,13 +255,39 @@ def _message(session_id: str, user_id: str, seq: int, role: Any, content: str, t
              agent_id: str | None = None, tool_name: Any = None, tool_args: dict | None = None,
              tool_call_id: Any = None, metadata: dict | None = None, parent_session_id: str | None = None,
              fork_seq: int | None = None) -> RawRecord:
-    """A canonical record; fields without a value are left out, as the canonical files write them."""
+    """A canonical record; fields without a value are left out, as the canonical files write them.
+    An assistant turn that only calls tools says so in its content (`[called Bash(command=…)]`):
+    an empty turn would be served as nothing."""
+    if role == "assistant" and not content.strip():
+        content = _called(metadata or {}, tool_name, tool_args)
     record = {"session_id": session_id, "user_id": user_id, "seq": seq, "role": role, "content": content, "ts": ts,
               "agent_id": agent_id, "tool_name": tool_name, "tool_args": tool_args, "tool_call_id": tool_call_id,
               "metadata": {k: v for k, v in (metadata or {}).items() if v is not None} or None,
               "parent_session_id": parent_session_id, "fork_seq": fork_seq}
     raw = json.dumps({k: v for k, v in record.items() if v is not None}, ensure_ascii=False)
     return RawRecord(0, raw, len(raw.encode()))
+
+
+# a call's arguments are cut past this many characters in the content that names it
+CALL_CHARS = 200
+
+
+def _called(metadata: dict, tool_name: Any, tool_args: Any) -> str:
+    """`[called NAME(key=value, …)]` for each tool call a turn made (agent-events' `tool_uses`,
+    openai's `tool_calls`, else its own tool fields); "" when it made none."""
+    calls = [(u.get("name"), u.get("input")) for u in _list(metadata.get("tool_uses")) if isinstance(u, dict)]
+    calls += [(_at(c, "function.name"), _tool_args(_at(c, "function.arguments")))
+              for c in _list(metadata.get("tool_calls")) if isinstance(c, dict)]
+    if not calls and tool_name:
+        calls = [(tool_name, tool_args)]
+    lines = []
+    for name, args in calls:
+        shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()) \
+            if isinstance(args, dict) else ("" if args is None else json.dumps(args, ensure_ascii=False))
+        if len(shown) > CALL_CHARS:
+            shown = shown[:CALL_CHARS] + "…"
+        lines.append(f"[called {name or 'a tool'}({shown})]")
+    return "\n".join(lines)
 
 
 def _skipped(kind: str, ts: Any = None, line: int = 0) -> RawRecord:

@@ -33,7 +33,7 @@ from memory_pipelines.sources.base import (
     Changes, Inventory, Listing, ObjectStore, ScanPlan, SourceObject, UnreadableObject,
 )
 from memory_pipelines.transcripts import (
-    DAY_US, SourcedRecords, day_of, day_window, raw_table, row_to_result, scan_of, to_us, validate,
+    DAY_US, SourcedRecords, day_of, day_window, is_skipped_event, raw_table, row_to_result, scan_of, to_us, validate,
 )
 
 
@@ -356,7 +356,7 @@ class FileSource:
             return
         for obj in catalog.listing.objects:
             rows, unreadable = self._rows_of([obj], catalog, _EMPTY, True)
-            yield from (row_to_result(row) for row in rows)
+            yield from (row_to_result(row) for row in rows if not is_skipped_event(row))
             yield from unreadable
 
     def _rows_of(self, objects: Sequence[SourceObject], catalog: Catalog, window: TimeWindow,

@@ -49,6 +49,8 @@ class TranscriptCounts(Counts):
     other_shards: int = 0  # records of other shards' users, left to their runs (not in `read`)
     forks_declared: int = 0
     quarantined_by_reason: Counter = field(default_factory=Counter)
+    # source events that are no turn (snapshots, notices, titles), by kind: not in `read`
+    events_skipped: Counter = field(default_factory=Counter)
     sessions_touched: int = 0
     table_rows: dict[str, int] = field(default_factory=dict)  # the archive tables' sizes afterwards
 
@@ -74,6 +76,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
         for day in plan.windows:
             for scan in plan.read(day):
                 counts.file_reads += scan.files
+                counts.events_skipped.update(dict(scan.skipped_events))
                 # a file may also fail between indexing and reading its day
                 unreadable |= {r.source_file for r in scan.quarantined
                                if r.reason == QuarantineReason.UNREADABLE_FILE}

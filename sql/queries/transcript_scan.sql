@@ -174,8 +174,11 @@ ORDER BY source, line;
 
 -- name: file_summaries
 -- What each file's index entry keeps (files validated with no location days): its records,
--- those refused, those no time of its own dates, and the UTC days its own times fall on.
-SELECT source, count(*), count(reason), count(*) FILTER (WHERE event_us IS NULL),
+-- those refused, those no time of its own dates, and the UTC days its own times fall on
+-- (a source event that is no turn, `skipped_event`, is counted in none but dates its day).
+SELECT source, count(*) FILTER (WHERE reason IS DISTINCT FROM 'skipped_event'),
+       count(reason) FILTER (WHERE reason <> 'skipped_event'),
+       count(*) FILTER (WHERE event_us IS NULL AND reason IS DISTINCT FROM 'skipped_event'),
        coalesce(list(DISTINCT event_us // 86400000000 ORDER BY event_us // 86400000000)
                 FILTER (WHERE event_us IS NOT NULL), [])
 FROM validated_records

@@ -163,7 +163,8 @@ def test_openai_sample_decodes_to_the_growing_chats_records():
         ("2026-10-04T09:12:40Z", "2026-10-04T09:14:05Z", "2026-10-04T09:17:52Z")
     call, result = priya[5], priya[6]
     assert (call["content"], call["tool_name"], call["tool_call_id"], call["tool_args"]) == \
-        ("", "get_forecast", "call_wx_01", {"location": "Lake Hollis", "date": "2026-10-10", "hourly": True})
+        ('[called get_forecast(location="Lake Hollis", date="2026-10-10", hourly=true)]', "get_forecast", "call_wx_01",
+         {"location": "Lake Hollis", "date": "2026-10-10", "hourly": True})
     assert call["metadata"]["tool_calls"][0]["function"]["name"] == "get_forecast"
     # a tool result without `name` takes the name of the call it answers
     assert (result["role"], result["tool_call_id"], result["tool_name"]) == ("tool", "call_wx_01", "get_forecast")
@@ -288,7 +289,8 @@ def test_openai_refusals_name_what_to_fix():
 def test_agent_events_sample_decodes_to_one_coding_session():
     records = _decode(EVENTS, user_id="noor")
     assert [r.line for r in records] == list(range(1, 18))
-    assert _refused(records) == [(1, "unmapped", "event of type 'summary' holds no message")]
+    # the summary event is no turn: skipped by its kind, not refused
+    assert _refused(records) == [(1, "skipped_event", "summary")]
     rows = _records(records)
     assert [r["seq"] for r in rows] == list(range(1, 17))
     assert {(r["session_id"], r["user_id"]) for r in rows} == {(SESSION, "noor")}
@@ -299,13 +301,15 @@ def test_agent_events_sample_decodes_to_one_coding_session():
         "tests/test_worker.py::test_retry_backoff fails about one run in five on CI. Can you find out why?",
         "2026-10-14T09:31:02.114Z")
     assert first["metadata"]["event"] == {
-        "parentUuid": None, "cwd": "/home/noor/src/ingest-worker", "gitBranch": "fix/retry-jitter", "version": "1.8.3",
-        "userType": "external", "isSidechain": False, "uuid": "e010c5a1-7f2b-4c3d-9e8f-000000000001"}
+        "cwd": "/home/noor/src/ingest-worker", "gitBranch": "fix/retry-jitter", "version": "1.8.3",
+        "userType": "external"}
+    assert first["metadata"]["uuid"] == "e010c5a1-7f2b-4c3d-9e8f-000000000001" and "speaker" not in first["metadata"]
     read = rows[1]
     assert (read["content"], read["tool_name"], read["tool_call_id"], read["tool_args"]) == (
         "I'll start by reading the test and the backoff helper.", "Read", "toolu_01",
         {"file_path": "/home/noor/src/ingest-worker/tests/test_worker.py"})
-    assert read["metadata"]["thinking_blocks"] == 1 and len(read["metadata"]["tool_uses"]) == 1
+    assert read["metadata"]["thinking"][0].startswith("A flaky timing test") and len(read["metadata"]["tool_uses"]) == 1
+    assert "flaky timing" not in read["content"]  # thinking is kept, never content
     assert read["metadata"]["message"]["model"] == "coder-large-2026-08"
     result = rows[2]
     assert (result["role"], result["tool_call_id"], result["tool_name"]) == ("tool", "toolu_01", "Read")
@@ -314,7 +318,10 @@ def test_agent_events_sample_decodes_to_one_coding_session():
     assert (failed["tool_name"], failed["metadata"]["is_error"]) == ("Bash", True)
     assert failed["content"].endswith("unrecognized arguments: --count 20")
     assert rows[6]["content"].startswith("4 passed, then:")  # a result given as text blocks
-    assert (rows[9]["content"], rows[9]["tool_name"]) == ("", "Bash")  # a call with no text
+    # a call with no text says what it called: never an empty turn
+    assert (rows[9]["content"], rows[9]["tool_name"]) == (
+        '[called Bash(command="for i in $(seq 20); do pytest tests/test_worker.py -k retry_backoff -q || break; '
+        'done | tail -1", description="Loop the backoff test again")]', "Bash")
 
 
 def test_agent_events_a_tool_result_beside_text_and_an_image_keeps_them_all():
@@ -345,16 +352,16 @@ def test_agent_events_refusals():
                   {**event, "message": {"role": "user", "content": 7}}, event)
     records = list(decode_records("e.jsonl", data, "agent-events", FormatOptions(user_id="noor")))
     assert _refused(records) == [
-        (2, "unmapped", "no session id: none of sessionId, session_id found; map it with "
+        (2, "unmapped", "agent-events: no session id: none of sessionId, session_id found; map it with "
                         "MEMORY_FORMAT_FIELDS=session_id=<path>"),
-        (3, "unmapped", "event without a type holds no message"),
-        (4, "unmapped", "no time: none of timestamp found; map it with MEMORY_FORMAT_FIELDS=ts=<path>"),
-        (5, "unmapped", "message content is a number, not a string or a list of blocks"),
+        (3, "unmapped", "agent-events: event without a type holds no message"),
+        (4, "unmapped", "agent-events: no time: none of timestamp found; map it with MEMORY_FORMAT_FIELDS=ts=<path>"),
+        (5, "unmapped", "agent-events: message content is a number, not a string or a list of blocks"),
     ]
     # refused events keep their place: fixing one later leaves the others' seqs as they are
     assert [r["seq"] for r in _records(records)] == [1, 4]
     [no_user] = _refused(_decode(EVENTS))[1:2]
-    assert no_user == (2, "unmapped", "no user id: none of userId, user_id found; set MEMORY_SOURCE_USER or map "
+    assert no_user == (2, "unmapped", "agent-events: no user id: none of userId, user_id found; set MEMORY_SOURCE_USER or map "
                                       "user_id in MEMORY_FORMAT_FIELDS")
     mapped = FormatOptions({"session_id": "message.conv", "user_id": "who"})
     [record] = decode_records("e.jsonl", _lines({**event, "who": "ada", "message": {"role": "user", "content": "x",
@@ -466,7 +473,8 @@ def test_a_forced_format_that_does_not_fit_refuses_records_and_never_raises():
     as_openai = _decode(canonical, "openai")
     assert as_openai and {r.pre_reason for r in as_openai} == {"unmapped"}
     assert as_openai[0].pre_detail.startswith("line 1: no messages array: format openai reads one conversation a line")
-    assert {r.pre_detail for r in _decode(OPENAI, "agent-events")} == {"event without a type holds no message"}
+    assert {r.pre_detail for r in _decode(OPENAI, "agent-events")} == {
+        "agent-events: event without a type holds no message"}
     history = SAMPLES / "transcripts" / "bob" / "sessions" / "s-bob-0006" / "history.json"
     assert {(r.pre_reason, r.pre_detail.split(" is ")[1]) for r in _decode(history, "chat-export")} == \
         {("unmapped", "no conversation of a chat export: it has no mapping of message nodes")}
