@@ -23,6 +23,7 @@ from memory_pipelines.formats.common import (
     _no_user,
     _parse_object,
     _skipped,
+    _text,
     _text_of,
 )
 from memory_pipelines.records import QuarantineReason
@@ -82,10 +83,8 @@ class _Branch:
 def _event_records(data: bytes, options: FormatOptions) -> Iterator[RawRecord]:
     """A Claude Code session log (or a subagent's), JSON Lines or a `{"loglines": [...]}`
     export: every line a turn, a part of one, a skipped event or a refused record."""
-    if data.lstrip()[:1] == b"{" and _is_loglines(data):
-        lines = _loglines(data)
-    else:
-        lines = _json_lines(data)
+    exported = _loglines_of(data)
+    lines = _json_lines(data) if exported is None else _loglines(exported)
     events: list[tuple[int, dict, int, str]] = []
     for number, obj, reason, detail, size, text in lines:
         if obj is None:
@@ -101,17 +100,20 @@ def _json_lines(data: bytes) -> Iterator[tuple]:
         yield number, obj, reason, detail, len(line), text
 
 
-def _is_loglines(data: bytes) -> bool:
+def _loglines_of(data: bytes) -> list | None:
+    """The events of a `{"loglines": [...]}` export; None for JSON Lines."""
+    if not data.lstrip(b" \t\r\n\xef\xbb\xbf").startswith(b"{"):
+        return None
     try:
-        value = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return False
-    return isinstance(value, dict) and isinstance(value.get("loglines"), list)
+        value = json.loads(_text(data))
+    except json.JSONDecodeError:
+        return None  # a JSON Lines file (or a broken export, refused line by line)
+    return value["loglines"] if isinstance(value, dict) and isinstance(value.get("loglines"), list) else None
 
 
-def _loglines(data: bytes) -> Iterator[tuple]:
-    """The events of a `{"loglines": [...]}` export, numbered by their place in the array."""
-    for number, item in enumerate(json.loads(data)["loglines"], start=1):
+def _loglines(items: list) -> Iterator[tuple]:
+    """The events of an export, numbered by their place in its array."""
+    for number, item in enumerate(items, start=1):
         text = json.dumps(item, ensure_ascii=False)
         if isinstance(item, dict):
             yield number, item, None, None, len(text.encode()), text
