@@ -759,25 +759,32 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         _require_user(conn, args.user)
         rows = conn.execute(query("user_sessions"), {"user_id": args.user}).fetchall()
     forks = sum(r[8] is not None for r in rows)
-    print(f"{len(rows)} session(s) of {args.user}" + (f", {forks} of them forks (under their parent)" if forks else ""))
+    subagents = sum(r[10] is not None for r in rows)
+    print(f"{len(rows)} session(s) of {args.user}" + (f", {forks} of them forks" if forks else "")
+          + (f", {subagents} subagents' sessions" if subagents else "")
+          + (" (under their parent)" if forks or subagents else ""))
     children: dict[str, list[tuple]] = {}
     for row in rows:
-        children.setdefault(row[8], []).append(row)
+        children.setdefault(row[8] or row[10], []).append(row)
 
     def show(row: tuple, depth: int) -> None:
-        session, agent, first, last, messages, chunks, version, extracted, parent, fork_seq = row
+        session, agent, first, last, messages, chunks, version, extracted, fork_parent, fork_seq, launcher, at = row
+        parent = fork_parent or launcher
         when = f"{first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M}" if first else f"{'no turns of its own yet':<34}"
-        name = f"└─ {session} (fork after turn {fork_seq})" if parent else session
-        state = "facts extracted" if extracted else "facts with a merge" if parent else "not extracted yet"
+        how = (f"fork after turn {fork_seq}" if fork_parent else
+               f"subagent launched at turn {at}" if at is not None else "subagent")
+        name = f"└─ {session} ({how})" if parent else session
+        state = "facts extracted" if extracted else "facts with a merge" if fork_parent else "not extracted yet"
         print(f"  {'   ' * max(depth - 1, 0)}{name:<{32 if not depth else 38}} {agent or '-':<10} {when}  "
               f"{messages:>5} messages  {chunks:>3} chunks  summary v{version or 0}  {state}")
         for child in children.get(session, []):
             show(child, depth + 1)
 
     known = {r[0] for r in rows}
-    for row in rows:  # mainline sessions, and forks whose parent is another user's or gone
-        if row[8] is None or row[8] not in known:
-            show(row, 0 if row[8] is None else 1)
+    for row in rows:  # mainline sessions, and forks or subagents whose parent is another user's or gone
+        parent = row[8] or row[10]
+        if parent is None or parent not in known:
+            show(row, 0 if parent is None else 1)
     return 0
 
 

@@ -5,13 +5,15 @@ events are counted as skipped, and a subagent's brief never becomes the user's m
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 
 import psycopg
 
 from assets.definitions import all_assets
 from memory_pipelines.config import PACKAGE_DIR
-from tests.helpers import materialization_metadata, materialize_partitions
+from tests.helpers import ENTRY, materialization_metadata, materialize_partitions
 
 FORMATS = PACKAGE_DIR / "sample_data" / "formats"
 MAIN = "7c1e5a20-3b4d-4e8f-9a61-2d0c8b7f5e13"
@@ -64,6 +66,15 @@ def test_a_claude_code_project_arrives_whole_and_a_subagent_brief_is_not_the_use
     assert launched == [(AGENTS[0], 3), (AGENTS[1], 4)]  # the Task results that name the subagents
     assert briefs == [("agent",), ("agent",)]
     assert notice == [("system", "interrupted")]
+    # `sessions` shows each subagent under the session that launched it, at the turn that called it
+    listed = subprocess.run([str(ENTRY), "sessions", "--user", "noor"], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "MEMORY_DATABASE_URL": database_url})
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert "2 subagents' sessions" in lines[0]
+    under = lines.index(next(line for line in lines if line.lstrip().startswith(MAIN + " ")))
+    assert {line.split()[1] for line in lines[under + 1:under + 4] if "subagent launched at turn 2" in line} \
+        == sidechains
     # the distillation ran (something was learned), yet nothing binding the user came from a brief
     assert decisions > 0
     assert not [c for _, c in binding if any(w in c.lower() for w in BRIEF_WORDS)], binding
