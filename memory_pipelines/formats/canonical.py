@@ -11,12 +11,36 @@ from memory_pipelines.formats.common import (
     _json_document,
     _jsonl_lines,
 )
-from memory_pipelines.records import QuarantineReason
+from memory_pipelines.records import TRANSCRIPT_FORMATS, QuarantineReason
+
+
+# the fields every canonical record has (the schema's `required`)
+REQUIRED = ("session_id", "user_id", "seq", "role", "content", "ts")
+_QUOTED = tuple(f'"{name}"' for name in REQUIRED)
+KEYS_SHOWN = 8
+
+
+def _foreign(value: object) -> str | None:
+    """What a record that holds none of the canonical fields looks like, as a refusal's one
+    line: it is in some other format (None: it is canonical, or broken in its own ways)."""
+    if not isinstance(value, dict) or any(name in value for name in REQUIRED):
+        return None
+    keys = sorted(value)
+    shown = ", ".join(keys[:KEYS_SHOWN]) + (f" and {len(keys) - KEYS_SHOWN} more" if len(keys) > KEYS_SHOWN else "")
+    return (f"canonical: an object with {shown or 'no keys'} has none of the canonical fields ({', '.join(REQUIRED)}) "
+            f"and no other format recognised the file; if it is one, set MEMORY_TRANSCRIPT_FORMAT "
+            f"({', '.join(f for f in TRANSCRIPT_FORMATS if f != 'canonical')})")
 
 
 def _jsonl_records(data: bytes) -> Iterator[RawRecord]:
     for number, line in _jsonl_lines(data):
         text, reason, detail = _decode_line(line)
+        if reason is None and not any(key in text for key in _QUOTED):
+            try:
+                detail = _foreign(json.loads(text))
+            except json.JSONDecodeError:
+                detail = None
+            reason = QuarantineReason.MISSING_FIELD if detail else None
         yield RawRecord(number, text, len(line), reason, detail)
 
 
@@ -31,7 +55,8 @@ def _json_array_records(data: bytes) -> Iterator[RawRecord]:
         return
     for number, item in enumerate(items, start=1):
         raw = json.dumps(item, ensure_ascii=False)
-        yield RawRecord(number, raw, len(raw.encode()))
+        foreign = _foreign(item)
+        yield RawRecord(number, raw, len(raw.encode()), QuarantineReason.MISSING_FIELD if foreign else None, foreign)
 
 
 def _parquet_records(data: bytes) -> Iterator[RawRecord]:

@@ -87,14 +87,27 @@ def test_detection_looks_past_lines_that_do_not_tell():
 
 
 def test_canonical_json_lines_keep_each_line_as_written():
-    data = (b'\xef\xbb\xbf{"a": 1}\r\n\n   \n{"b": "\xc3\xa9"}\n'
-            b'{"c": "x\x00y"}\n{"d": "\xff"}')
+    data = (b'\xef\xbb\xbf{"seq": 1}\r\n\n   \n{"role": "\xc3\xa9"}\n'
+            b'{"ts": "x\x00y"}\n{"content": "\xff"}')
     assert list(decode_records("t.jsonl", data)) == [
-        RawRecord(1, '{"a": 1}', 8),
-        RawRecord(4, '{"b": "é"}', 11),
-        RawRecord(5, '{"c": "xy"}', 12, QuarantineReason.NUL_BYTE, "NUL byte at offset 8"),
-        RawRecord(6, '{"d": "\ufffd"}', 10, QuarantineReason.INVALID_UTF8, "invalid UTF-8 at byte 7"),
+        RawRecord(1, '{"seq": 1}', 10),
+        RawRecord(4, '{"role": "é"}', 14),
+        RawRecord(5, '{"ts": "xy"}', 13, QuarantineReason.NUL_BYTE, "NUL byte at offset 9"),
+        RawRecord(6, '{"content": "\ufffd"}', 16, QuarantineReason.INVALID_UTF8, "invalid UTF-8 at byte 13"),
     ]
+
+
+def test_a_record_with_none_of_the_canonical_fields_says_what_it_saw_and_what_to_set():
+    """A file no format recognised, read as canonical: its records name their keys, the
+    fields a canonical record needs, and the setting that reads another format."""
+    data = b'{"timestamp": "2026-10-02T10:00:00Z", "type": "session_meta", "payload": {}}\n{"seq": 2}\n'
+    first, second = decode_records("rollout.jsonl", data)
+    assert first.pre_reason == QuarantineReason.MISSING_FIELD and first.pre_detail.startswith(
+        "canonical: an object with payload, timestamp, type has none of the canonical fields (session_id, user_id, "
+        "seq, role, content, ts) and no other format recognised the file; if it is one, set MEMORY_TRANSCRIPT_FORMAT")
+    assert second.pre_reason is None  # a canonical record with faults of its own: validation names them
+    [element] = decode_records("h.json", b'[{"speaker": "me", "text": "hi"}]')
+    assert element.pre_detail.startswith("canonical: an object with speaker, text has none")
 
 
 def test_canonical_json_arrays():
