@@ -86,20 +86,23 @@ def _describe_later(records) -> str:
     return f"{len(records)} record(s) dated after today: {named}{more}"
 
 
-def _quarantine_undated(source, url: str) -> str:
+def _quarantine_undated(source, url: str) -> tuple[str, str | None]:
     """Records no readable time dates, when nothing in the location has one: quarantined
-    under the label `undated` (no partition is opened for them). Returns their reasons."""
+    under the label `undated` (no partition is opened for them). Returns their reasons, and
+    the first one's detail (a format no reader recognised says so there)."""
     from memory_pipelines.db import repository
     from memory_pipelines.db.connection import get_pool
 
     reasons: Counter = Counter()
+    first = None
     records = source.undated_records()
     with get_pool(url).connection() as conn, conn.transaction():
         # in batches: a large location of undated records is never held whole
         while batch := list(islice(records, UNDATED_BATCH)):
             repository.insert_quarantine(conn, batch, "undated", "cli")
             reasons.update(str(r.reason) for r in batch)
-    return _refused_summary(reasons)
+            first = first or next((f"{r.source_file}:{r.source_line}: {r.detail}" for r in batch), None)
+    return _refused_summary(reasons), first
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -136,9 +139,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if found.records == 0:
         raise CliError(f"no transcript records under {shown}")
     if found.first_day is None and (start is None or end is None):
-        reasons = _quarantine_undated(source, url)
+        reasons, first = _quarantine_undated(source, url)
         raise CliError(f"all {found.records} record(s) under {shown} were refused ({reasons}) and "
-                       "quarantined under 'undated': none has a readable time, so no day was run")
+                       "quarantined under 'undated': none was read with a time, so no day was run"
+                       + (f"; the first: {first}" if first else ""))
     from assets.runner import (RunFailed, RunInterrupted, ensure_dagster_home, last_partition_day,
                                partition_keys_between, run_shards)
 

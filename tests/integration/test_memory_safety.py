@@ -165,8 +165,8 @@ def test_a_location_without_a_readable_time_opens_no_partition(database_url, tmp
     shutil.copytree(SAMPLE_BAD_INPUT / "broken_history", path.parent)
     result = cli("run", "--transcripts", str(path))
     assert result.returncode == 1
-    assert one_error_line(result).endswith("were refused (1 malformed_json) and quarantined under 'undated': none "
-                                           "has a readable time, so no day was run")
+    assert "were refused (1 malformed_json) and quarantined under 'undated': none was read with a time, so no day " \
+           "was run; the first: history.json:0: not a valid JSON array" in one_error_line(result)
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT partition_key, reason FROM quarantine").fetchall() == [("undated", "malformed_json")]
         assert conn.execute("SELECT to_regclass('dagster.runs')").fetchone()[0] is None  # no run was even set up
