@@ -101,7 +101,7 @@ def test_a_record_with_none_of_the_canonical_fields_says_what_it_saw_and_what_to
     """A file no format recognised, read as canonical: its records name their keys, the
     fields a canonical record needs, and the setting that reads another format."""
     data = b'{"timestamp": "2026-10-02T10:00:00Z", "type": "session_meta", "payload": {}}\n{"seq": 2}\n'
-    first, second = decode_records("rollout.jsonl", data)
+    first, second = decode_records("log.jsonl", data, "canonical")
     assert first.pre_reason == QuarantineReason.MISSING_FIELD and first.pre_detail.startswith(
         "canonical: an object with payload, timestamp, type has none of the canonical fields (session_id, user_id, "
         "seq, role, content, ts) and no other format recognised the file; if it is one, set MEMORY_TRANSCRIPT_FORMAT")
