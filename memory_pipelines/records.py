@@ -52,7 +52,7 @@ SPEAKERS = ("human", "agent", "tool", "system")
 SPEAKER_OF_ROLE = {"user": "human", "assistant": "agent", "tool": "tool", "system": "system"}
 # a source event that is no turn (formats' `_skipped`): counted by kind, not quarantined
 SKIPPED_EVENT = "skipped_event"
-TRANSCRIPT_FORMATS = ("canonical", "openai", "agent-events", "chat-export")
+TRANSCRIPT_FORMATS = ("canonical", "openai", "agent-events", "chat-export", "codex", "aider")
 # how a fork's turns come into its parent (memory_pipelines.forks)
 MERGE_MODES = ("append", "replace", "summarize")
 # what an agent reads of one search by default: about 1,500 tokens, the range memory services

@@ -11,24 +11,30 @@ input: every fault is a refused record. The formats (mapping tables in docs/form
 - openai: JSON Lines of chat-completion conversations, one `messages` array a line;
 - agent-events: JSON Lines of a coding agent's session events, one `message` an event;
 - chat-export: a chat service's `conversations.json`, message trees whose current path is a
-  session and whose other branches are its forks.
+  session and whose other branches are its forks;
+- codex: a Codex CLI rollout, JSON Lines of `{"timestamp", "type", "payload"}` items, a session a file;
+- aider: Aider's `.aider.chat.history.md`, a markdown log each run appends a session to.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 from memory_pipelines.formats.agent_events import _event_records
+from memory_pipelines.formats.aider import _aider_records, is_history_name
 from memory_pipelines.formats.canonical import (
     _json_array_records,
     _jsonl_records,
     _parquet_records,
 )
 from memory_pipelines.formats.chat_export import _chat_export_records
+from memory_pipelines.formats.codex import _codex_records, is_rollout_line
 from memory_pipelines.formats.common import (
     ACCEPTED_KINDS,
     CANONICAL_FIELDS,
+    _BOM,
     JSONL_SUFFIXES,
     TRANSCRIPT_SUFFIXES,
     FormatOptions,
@@ -48,8 +54,9 @@ __all__ = ["ACCEPTED_KINDS", "CANONICAL_FIELDS", "TRANSCRIPT_FORMATS", "FormatOp
 
 
 def is_transcript_name(name: str) -> bool:
-    """Whether a file of this name is read as transcripts (by suffix, case-insensitive)."""
-    return _suffix(name) in TRANSCRIPT_SUFFIXES
+    """Whether a file of this name is read as transcripts (by suffix, case-insensitive; a
+    markdown file only as an aider chat history, `*.chat.history.md`)."""
+    return _suffix(name) in TRANSCRIPT_SUFFIXES or is_history_name(name)
 
 
 def parse_field_mapping(text: str) -> dict[str, str]:
@@ -76,7 +83,11 @@ def detect_format(name: str, data: bytes) -> str:
     """The format a file is in, from its name and first records; canonical when nothing else fits
     (its own per-record errors then explain)."""
     suffix = _suffix(name)
+    if is_history_name(name):
+        return "aider"
     if suffix == ".json":
+        if _is_loglines_export(data):
+            return "agent-events"
         first = _first_array_object(_text(data))
         return "chat-export" if first is not None and _is_conversation(first) else "canonical"
     if suffix in JSONL_SUFFIXES:
@@ -105,6 +116,10 @@ def decode_records(name: str, data: bytes, fmt: str | None = None,
         return _numbered(_openai_records(data, options))
     if fmt == "agent-events":
         return _event_records(data, options)
+    if fmt == "codex":
+        return _codex_records(name, data, options)
+    if fmt == "aider":
+        return _aider_records(data, options)
     return _chat_export_records(data, options)
 
 
@@ -112,8 +127,17 @@ def decode_records(name: str, data: bytes, fmt: str | None = None,
 # -- detection
 
 
+def _is_loglines_export(data: bytes) -> bool:
+    """A Claude Code session exported as `{"loglines": [...]}` (told by its opening bytes:
+    the export runs to megabytes)."""
+    return re.match(rb'\s*\{\s*"loglines"\s*:\s*\[', data[:4096].removeprefix(_BOM)) is not None
+
+
 def _is_conversation(obj: dict) -> bool:
-    return "mapping" in obj and ("current_node" in obj or "title" in obj)
+    """A chat export's conversation: ChatGPT's (a `mapping` of message nodes) or Claude.ai's
+    (a `chat_messages` list); `chat_export.describe` says which in words."""
+    return (("mapping" in obj and ("current_node" in obj or "title" in obj))
+            or isinstance(obj.get("chat_messages"), list))
 
 
 def _jsonl_format(data: bytes) -> str:
@@ -130,6 +154,8 @@ def _jsonl_format(data: bytes) -> str:
             return "openai"
         if isinstance(obj.get("message"), dict) and any(k in obj for k in ("sessionId", "uuid", "parentUuid")):
             return "agent-events"
+        if is_rollout_line(obj):
+            return "codex"
         # an event holding no message (a summary, a snapshot) tells nothing; a record does
         if not (isinstance(obj.get("type"), str) and "message" not in obj and "role" not in obj):
             return "canonical"

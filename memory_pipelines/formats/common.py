@@ -14,8 +14,9 @@ from typing import Any
 from memory_pipelines.records import SKIPPED_EVENT, Message, QuarantineReason
 
 TRANSCRIPT_SUFFIXES = (".jsonl", ".ndjson", ".parquet", ".json")
-ACCEPTED_KINDS = (".jsonl or .ndjson (JSON Lines), .parquet, or .json (a JSON array of messages such as "
-                  "history.json, or a chat-service conversations.json export)")
+ACCEPTED_KINDS = (".jsonl or .ndjson (JSON Lines), .parquet, .json (a JSON array of messages such as "
+                  "history.json, or a chat-service conversations.json export), or an aider chat history "
+                  "(.aider.chat.history.md)")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 # the names a field mapping may set: the canonical fields, and `id` (a table's row key,
 # MEMORY_SOURCE_COLUMNS); the file formats read session_id, user_id, ts and agent_id of it

@@ -502,7 +502,7 @@ def test_a_forced_format_that_does_not_fit_refuses_records_and_never_raises():
     assert [r.pre_reason for r in _decode(OPENAI, "canonical")] == [None] * 5
     with pytest.raises(ValueError, match="unknown transcript format 'csv'"):
         decode_records("a.jsonl", b"", "csv")
-    assert set(TRANSCRIPT_FORMATS) == {"canonical", "openai", "agent-events", "chat-export"}
+    assert set(TRANSCRIPT_FORMATS) == {"canonical", "openai", "agent-events", "chat-export", "codex", "aider"}
 
 
 # -- field mappings
