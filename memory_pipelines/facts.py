@@ -78,7 +78,8 @@ class Rejection:
 def validate_items(items: Any, messages: Sequence[Message]) -> tuple[list[FactCandidate], list[Rejection]]:
     """Every item checked against the schema; an invalid one is dropped with its reason.
     `messages` are those the call read (a chunk's): an item's time and span are its
-    message's when it names one (`seq`), else all of theirs up to the last."""
+    message's when it names one (`seq`), else all of theirs up to the last. An item citing a
+    turn the person did not write as theirs is rejected (`not_the_persons`)."""
     if not isinstance(items, list):
         return [], [Rejection(items, "the answer is not a list of facts")]
     by_seq = {m.seq: m for m in messages}
@@ -103,6 +104,10 @@ def validate_items(items: Any, messages: Sequence[Message]) -> tuple[list[FactCa
             rejected.append(Rejection(item, f"seq {seq} is not a message the call read"))
             continue
         source = item.get("source") or "conversation"
+        if seq is not None and not_the_persons(by_seq[seq], source):
+            rejected.append(Rejection(item, f"seq {seq} is a user turn the person did not write "
+                                            f"(speaker {by_seq[seq].speaker}): it states nothing about the user"))
+            continue
         anchor = by_seq[seq] if seq is not None else by_seq[last]
         accepted.append(FactCandidate(
             category=category, key=key, canonical_key=canonical_key(key), value=value, source=source,
@@ -110,6 +115,15 @@ def validate_items(items: Any, messages: Sequence[Message]) -> tuple[list[FactCa
             last_verified_at=anchor.ts, seq_start=seq if seq is not None else first, seq_end=seq if seq is not None else last,
         ))
     return accepted, rejected
+
+
+def not_the_persons(message: Message, source: str) -> bool:
+    """Whether a fact citing `message` would put words in the user's mouth: a user turn an
+    agent or the harness wrote (a subagent's brief, an interruption notice), or any turn
+    not the person's for a fact the user is said to have stated (`user_explicit`)."""
+    if source == "user_explicit":
+        return message.speaker != "human"
+    return message.role == "user" and message.speaker != "human"
 
 
 def facts_fingerprint(facts: Sequence[tuple[str, str, str]]) -> str:

@@ -26,6 +26,8 @@ CONSENT = CONSENT_BASES
 # relations a subject holds one value of at a time: a newer object closes the older triple
 FUNCTIONAL_RELATIONS = {"works_at", "reports_to", "listens_on", "deployed_on", "uses_database", "lives_in"}
 ERROR_TTL = timedelta(days=90)
+# kinds that bind the user (what they told us to do, who they are): only from turns the person wrote
+USERS_OWN = ("instruction", "user")
 
 _ENTRY = JsonSchema(ENTRY_SCHEMA)
 _RELATION = JsonSchema(RELATION_SCHEMA)
@@ -81,7 +83,10 @@ def prepare(raw: dict, messages: Sequence[Message], session_id: str, user_id: st
             ttl_seconds: int | None = None, consent_basis: str = "not_set",
             ) -> tuple[list[EntryCandidate], list[RelationCandidate], list[str]]:
     """Validate synthesized entries and relations (an invalid one is dropped with its
-    reason), assign importance, scope, validity and key, and sanitize PII."""
+    reason), assign importance, scope, validity and key, and sanitize PII. An instruction or
+    user entry citing a turn the person did not write (`Message.speaker`: a subagent's brief,
+    harness text, an agent's or a tool's turn), or a relation of the user's citing a user
+    turn the person did not write, is dropped: memory that binds the user is theirs only."""
     by_seq = {m.seq: m for m in messages}
     first, last = min(by_seq), max(by_seq)
     entries, relations, problems = [], [], []
@@ -96,6 +101,11 @@ def prepare(raw: dict, messages: Sequence[Message], session_id: str, user_id: st
         error = _ENTRY.first_error(item)
         if error is not None or (item.get("seq") is not None and item["seq"] not in by_seq):
             problems.append(f"entry dropped: {describe(error) if error else 'unknown seq'}"[:200])
+            continue
+        cited = by_seq.get(item.get("seq"))
+        if cited is not None and item["kind"] in USERS_OWN and cited.speaker != "human":
+            problems.append(f"entry dropped: a {item['kind']} entry cites seq {cited.seq}, which the person did "
+                            f"not write (speaker {cited.speaker})"[:200])
             continue
         anchor = by_seq.get(item.get("seq"), by_seq[last])
         scope = item.get("scope") or ("session" if item["kind"] == "event" else "entity")
@@ -126,6 +136,9 @@ def prepare(raw: dict, messages: Sequence[Message], session_id: str, user_id: st
             problems.append(f"relation dropped: {describe(error) if error else 'unknown seq'}"[:200])
             continue
         seq = item.get("seq")
+        if item["subject"] == "user" and seq in by_seq and by_seq[seq].role == "user" and by_seq[seq].speaker != "human":
+            problems.append(f"relation dropped: about the user from seq {seq}, which the person did not write"[:200])
+            continue
         anchor = by_seq.get(seq, by_seq[last])
         subject = user_id if item["subject"] == "user" else item["subject"]
         relations.append(RelationCandidate(subject, item["relation"], item["object"],

@@ -32,7 +32,7 @@ from memory_pipelines.rules.text import clip
 log = logging.getLogger(__name__)
 
 # Bump when the rules change: it is the rules back end's "prompt version".
-RULES_VERSION = "rules-2026.11.1"
+RULES_VERSION = "rules-2026.11.2"  # .2: only the person binds the user; Do:/Don't: by polarity
 TOOL_OUTPUT_CHARS = 500  # fact extraction's rendering (navi)
 SUMMARY_TOOL_CHARS = 4000  # summaries read more of a tool's output: logs are often the point
 # noise (a greeting, thanks, a repeat, a cancelled or failed turn) shows in a message's start
@@ -117,7 +117,15 @@ def estimate_tokens(text: str) -> int:
     return max(1, (len(text) - wide) // 4 + wide)
 
 
+# a user turn someone other than the person wrote, as the prompts show it: the model must
+# not take it for the user's own words (DISTILL says so); the person's turns are plain `User:`
+SPEAKER_NOTES = {"agent": "written by an agent, not the person", "system": "harness notice, not the person",
+                 "tool": "tool output, not the person"}
+
+
 def render_message(m: Message, tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
+    if m.role == "user" and m.speaker != "human":
+        return f"User ({SPEAKER_NOTES[m.speaker]}): {m.content}"
     if m.role == "tool":
         output = m.content if len(m.content) <= tool_chars else m.content[:tool_chars] + "…"
         status = " (failed)" if m.metadata.get("is_error") else ""

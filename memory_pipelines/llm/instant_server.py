@@ -4,7 +4,8 @@ protocols (chat and embeddings) and answers every task at once.
 It is what `memory-pipelines bench cost` points the pipeline at: a run against it makes
 exactly the model calls a real model would get, without model time, and the server counts
 them. It is not a model: answers are deterministic and derived from the request (a summary
-names the chunk it read, fact extraction returns the first user line), so tests can check
+names the chunk it read, fact extraction returns the first line the person wrote: never
+an agent's brief or a harness notice, as the prompts ask of a model), so tests can check
 what was sent too. `fail` scripts faults per request: an HTTP status, a delay longer than
 the client's timeout, a closed connection, or an answer that is not the JSON asked for.
 """
@@ -60,12 +61,19 @@ def _purpose(system: str) -> str:
     return "unknown"
 
 
+# a line the person wrote: `[12] User: …` (distill) or `User: …`; a user turn an agent or the
+# harness wrote reads `User (written by an agent, not the person): …` and binds no one
+_PERSON_LINE = re.compile(r"^(?:\[(\d+)\] )?User: (.*)$", re.MULTILINE)
+
+
 def _summary(request: Request) -> dict:
-    """A summary naming the chunk it read, the previous one's entries kept."""
+    """A summary naming the chunk it read, the previous one's entries kept; a decision only
+    from a chunk with a line the person wrote (as the prompts ask of a model)."""
     digest = hashlib.sha256(request.user.encode()).hexdigest()[:8]
     previous = json.loads(request.system.rsplit("Previous summary: ", 1)[1])
+    decided = [f"Do: keep chunk {digest}"] if _PERSON_LINE.search(request.user) else []
     return {
-        "key_decisions": [*previous.get("key_decisions", []), f"Do: keep chunk {digest}"],
+        "key_decisions": [*previous.get("key_decisions", []), *decided],
         "past_discussions": [*previous.get("past_discussions", []), f"chunk {digest}"],
         "current_discussion": f"chunk {digest} of {len(request.user)} characters",
         "keys": [digest],
@@ -77,7 +85,7 @@ def default_answer(request: Request, number: int) -> dict:
     if request.purpose == "summarize":
         return _summary(request)
     if request.purpose == "distill":
-        # the chunk's first user line as a fact; no entries or relations
+        # the chunk's first line the person wrote as a fact; no entries or relations
         first = re.search(r"^\[(\d+)\] User: (.*)$", request.user, re.MULTILINE)
         facts = [] if first is None else [{"category": "notes", "key": f"note_{first.group(1)}",
                                            "value": first.group(2)[:80], "source": "conversation",

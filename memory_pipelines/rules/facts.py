@@ -1,6 +1,7 @@
 """Deterministic fact extraction from explicit statements (the `rules` back end).
 
-From the user's own messages: name, preferred name, location, time zone, employer,
+From the messages the person wrote (`Message.speaker` human: a user turn an agent or the
+harness wrote states nothing about the user): name, preferred name, location, time zone, employer,
 preferences ("I prefer X as my Y", "my preferred Y is X", "Y: X is what I use", "I like
 X"), reply language, tools used ("I use X at work"), and decisions such as a chosen port
 ("run ledger-api on port 9090") or deploy target. From successful tool results: blocks of
@@ -123,7 +124,7 @@ def extract_facts(messages: Sequence[Message]) -> list[dict]:
     calls = call_arguments(messages)
     items: list[dict] = []
     for message in messages:
-        if message.role == "user":
+        if message.speaker == "human":  # not an agent's brief nor harness text stored as a user turn
             items.extend(_user_items(message))
         elif message.role == "tool":
             items.extend(_tool_items(message, calls.get(message.tool_call_id)))

@@ -8,6 +8,9 @@ relations from explicit statements.
 - event: incidents, outages and pages reported by the user, confidence 0.8;
 - insight: an assistant's root-cause or "the fix was" explanation, confidence 0.7.
 Relations: works_at, reports_to, uses, depends_on, listens_on, deployed_on, uses_database.
+What is the user's comes only from turns the person wrote (`Message.speaker` human): a
+subagent's brief or harness text stored as a user turn is context, never an instruction,
+a fact about the user, an event they reported or a relation they stated.
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ def synthesize(messages: Sequence[Message], summary: Summary | None) -> dict:
     by_seq = {m.seq: m for m in messages}
     for decision in (summary.key_decisions if summary else ()):
         said = decision.split(": ", 1)[-1]
-        # the user's turn of this chunk that said it (a decision of an earlier chunk cites none)
-        source = next((m.seq for m in reversed(messages) if m.role == "user" and said in m.content), None)
+        # the person's turn of this chunk that said it (a decision of an earlier chunk cites none)
+        source = next((m.seq for m in reversed(messages) if m.speaker == "human" and said in m.content), None)
+        if source is None and any(said in m.content for m in messages if m.role == "user"):
+            continue  # only a user turn the person did not write says it (a summary model took it up)
         entries.append({"kind": "instruction", "title": _title(said), "content": decision,
                         "tags": ["decision"], "confidence": 0.9, "seq": source})
     for item in extract_facts(messages):
@@ -54,7 +59,7 @@ def synthesize(messages: Sequence[Message], summary: Summary | None) -> dict:
         if relation:
             relations.append({**relation, "confidence": 0.9, "seq": item["seq"]})
     for m in messages:
-        if m.role == "user" and _EVENT.search(m.content):
+        if m.speaker == "human" and _EVENT.search(m.content):
             first = sentences(m.content)[0] if sentences(m.content) else m.content
             entries.append({"kind": "event", "title": _title(first), "content": clip(m.content, 600),
                             "tags": ["incident"], "confidence": 0.8, "seq": m.seq})
@@ -63,7 +68,7 @@ def synthesize(messages: Sequence[Message], summary: Summary | None) -> dict:
                 if _INSIGHT.search(sentence) and 20 <= len(sentence) <= 400:
                     entries.append({"kind": "insight", "title": _title(sentence), "content": sentence,
                                     "tags": ["lesson"], "confidence": 0.7, "seq": m.seq})
-        if m.role == "user":
+        if m.speaker == "human":
             for subject, objects in _USES.findall(m.content):
                 for obj in (o.strip(".,;:") for o in re.split(r"\s*(?:,|and)\s*", objects)):
                     if obj:

@@ -1,12 +1,15 @@
 """Extractive rolling summaries, overturned entries and relevance (the `rules` back end).
 
-- key_decisions: sentences of the user's that state a rule from now on ("from now on",
+- key_decisions: sentences the person wrote (`Message.speaker` human: not an agent's brief
+  nor harness text stored as a user turn) that state a rule from now on ("from now on",
   "always", "never", "let's ...", "we agreed ...", and their German, Spanish, Japanese and
-  Chinese counterparts), prefixed `Do: ` or `Don't: ` (negated ones); at most 8, newest kept.
-- past_discussions: the opening request of each earlier kept segment, newest kept.
+  Chinese counterparts), prefixed `Do: ` or `Don't: ` by the rule's polarity
+  (`decision_prefix`); at most 8, newest kept.
+- past_discussions: the opening request of each earlier kept segment, newest kept (an
+  agent's brief as `Agent's brief: ...`; harness text is no request).
 - current_discussion: the last request and the first sentence of the answer to it.
 - keys: breadcrumbs of the new messages, then the previous keys.
-- An entry is overturned when a new user message marks a change ("switch", "instead",
+- An entry is overturned when a new message of the person's marks a change ("switch", "instead",
   "no longer", "from now on", ...) and shares at least two content words with it.
 """
 
@@ -27,10 +30,82 @@ _DECISION = re.compile(
     r"これから|今後|常に|必ず|しないで|ましょう|にします|從現在起|以後|一律|不要|請用|就用|決定",
     re.IGNORECASE,
 )
-_NEGATIVE = re.compile(
-    r"\b(never|don'?t|do not|stop using|no longer|not use|niemals|nie |nicht|nunca|no uses|no usar)\b|しないで|不要|別用",
+# A rule's polarity is its directive clause's, read from the clause's head: "never push",
+# "we should not push", "let's not", "avoid", "stop using" are `Don't:`; a negation later in
+# the clause or in another ("always run the linter so the build doesn't break", "use port
+# 5000, not 8080", "the old one no longer works") is not the rule's.
+_CLAUSE_BREAK = re.compile(
+    r"\s*[,;:()]\s*|\s+[—–-]{1,2}\s+|\s*[—–]\s*|\s*[，、；：（）]\s*|\s+(?:and|but|or|und|aber|oder|sondern|y|pero|sino)\s+",
     re.IGNORECASE,
 )
+_LEAD_IN = re.compile(
+    r"^(?:(?:please|kindly|so(?!\s+that)|then|therefore|also|and|but|ok(?:ay)?|alright|again|now|just|"
+    r"from now on|going forward|from here on(?: out)?|in (?:the )?future|for now|by default|as a rule|in general|"
+    r"generally|remember(?: to)?|make sure(?: that)?|be sure(?: to)?|ensure(?: that)?|i want you to|"
+    r"i'?d like you to|(?:we )?(?:agreed|decided)(?: on| that| to)?|let'?s|let us|"
+    r"(?:don'?t|do not|never) (?:forget|hesitate)(?: to)?|ab jetzt|ab sofort|bitte|a partir de ahora|"
+    r"por favor)\b[\s,!.]*)+",
+    re.IGNORECASE,
+)
+_SUBORDINATE = re.compile(
+    r"^(?:if|when|whenever|unless|because|since|as|so that|even|although|though|while|whereas|which|who|"
+    r"until|before|after|once|in case|otherwise|or else|wenn|falls|weil|da|damit|obwohl|si|cuando|porque|"
+    r"aunque|para que)\b",
+    re.IGNORECASE,
+)
+_NEGATIVE_HEAD = re.compile(
+    r"^(?:(?:you|we|i|they|everyone|everybody|the team)(?:'ll|'d)?\s+)?"
+    r"(?:(?:should|must|will|shall|need to|have to|are to|would|can|may)\s+)?(?:always\s+|ever\s+)?"
+    r"(?:never|not|no longer|no more|no|nobody|no one|don'?t|dont|do not|does not|doesn'?t|mustn'?t|must not|"
+    r"shouldn'?t|should not|won'?t|will not|can'?t|cannot|may not|avoid|stop|quit|refrain|"
+    r"niemals|nie|nicht|kein|keine|nunca|jamás)\b",
+    re.IGNORECASE,
+)
+# negations that may stand after the verb (German) or anywhere (Japanese, Chinese), and
+# prohibitions said of the thing ("force pushes are not allowed")
+_NEGATIVE_IN_CLAUSE = re.compile(
+    r"\b(?:niemals|nie|nicht|nunca)\b|\b(?:is|are)\s+(?:not allowed|not permitted|forbidden|prohibited|banned|"
+    r"off[- ]limits)\b|しないで|やめて|不要|別用|不准|禁止",
+    re.IGNORECASE,
+)
+
+
+def _clauses(sentence: str) -> list[tuple[int, str]]:
+    """(end offset, text) of each clause of `sentence`, in order."""
+    spans, start = [], 0
+    for cut in (*_CLAUSE_BREAK.finditer(sentence), None):
+        end = cut.start() if cut else len(sentence)
+        if sentence[start:end].strip():
+            spans.append((end, sentence[start:end].strip()))
+        start = cut.end() if cut else start
+    return spans
+
+
+def _head(clause: str) -> str:
+    """A clause without its lead-in ("from now on", "please", "let's", "make sure that")."""
+    return _LEAD_IN.sub("", clause).strip()
+
+
+def decision_prefix(sentence: str) -> str:
+    """`Don't: ` when the rule `sentence` states forbids (its directive clause opens with a
+    negation), else `Do: `. The directive clause is the one a rule word falls in; a clause of
+    only a lead-in ("From now on, ...") hands over to the next, a subordinate one ("...,
+    because we never ...") to the clause it qualifies."""
+    text = sentence.replace("’", "'")
+    spans = _clauses(text) or [(len(text), text)]
+    heads = [_head(clause) for _, clause in spans]
+    match = _DECISION.search(text)
+    at = next((i for i, (end, _) in enumerate(spans) if match and match.start() < end), 0)
+    while at + 1 < len(spans) and not heads[at]:
+        at += 1
+    if _SUBORDINATE.match(heads[at]):
+        main = [i for i in (*range(at - 1, -1, -1), *range(at + 1, len(spans)))
+                if heads[i] and not _SUBORDINATE.match(heads[i])]
+        at = main[0] if main else at
+    negative = _NEGATIVE_HEAD.match(heads[at]) or _NEGATIVE_IN_CLAUSE.search(spans[at][1])
+    return "Don't: " if negative else "Do: "
+
+
 _CHANGE = re.compile(
     r"\b(switch|switched|change|changed|instead|no longer|not anymore|any ?more|from now on|replace|"
     r"move to|moved to|stop using|actually|clash|clashes|stattdessen|ab jetzt|wechsel|ändere|"
@@ -45,23 +120,27 @@ _GENERAL_RULE = re.compile(
 )
 
 MAX_ENTRY_CHARS = 240
+AGENT_BRIEF = "Agent's brief: "  # a request an agent wrote as a user turn (a subagent's task)
 
 
 def _decision_entries(messages: Sequence[Message]) -> list[str]:
+    """The rules stated in turns the person wrote (an agent's brief binds no user)."""
     entries = []
     for m in messages:
-        if m.role != "user":
+        if m.speaker != "human":
             continue
         for sentence in sentences(m.content):
             if len(sentence) > 400 or not _DECISION.search(sentence):
                 continue
-            prefix = "Don't: " if _NEGATIVE.search(sentence) else "Do: "
-            entries.append(prefix + clip(sentence, MAX_ENTRY_CHARS))
+            entries.append(decision_prefix(sentence) + clip(sentence, MAX_ENTRY_CHARS))
     return entries
 
 
 def _requests(messages: Sequence[Message]) -> list[str]:
-    return [clip(m.content, 200) for m in messages if m.role == "user" and m.content.strip()]
+    """The requests of user turns: the person's as they are, an agent's brief (a subagent's
+    task) as the agent's work; harness text and tool output stored as user turns are none."""
+    return [clip(m.content, 200) if m.speaker == "human" else AGENT_BRIEF + clip(m.content, 200 - len(AGENT_BRIEF))
+            for m in messages if m.role == "user" and m.speaker in ("human", "agent") and m.content.strip()]
 
 
 def _first_answer_sentence(messages: Sequence[Message]) -> str:
@@ -98,9 +177,9 @@ def summarize(previous: Summary, messages: Sequence[Message], language: str) -> 
 
 
 def overturned_entries(previous: Summary, messages: Sequence[Message]) -> set[str]:
-    """Entries of key_decisions and past_discussions that the new user messages overturn."""
+    """Entries of key_decisions and past_discussions that the person's new messages overturn."""
     changes = [
-        content_words(s) for m in messages if m.role == "user"
+        content_words(s) for m in messages if m.speaker == "human"
         for s in sentences(m.content) if _CHANGE.search(s)
     ]
     gone = set()
