@@ -181,6 +181,7 @@ class RangeRun:
     refused_by_reason: Counter
     shard: int = 0
     events_skipped: Counter = field(default_factory=Counter)  # source events that are no turn, by kind
+    refusals_resolved: int = 0  # earlier refusals of records the run stored (or whose file refuses none now)
 
 
 def partition_keys_between(start: str, end: str) -> list[str]:
@@ -325,8 +326,8 @@ def run_range(keys: Sequence[str], echo: Callable[[str], None] = print, shard: i
     return RangeRun(keys[0], keys[-1], len(keys), result.run_id, time.perf_counter() - started,
                     ingested.metadata["read"].value, ingested.metadata["quarantined"].value,
                     Counter(ingested.metadata["quarantined_by_reason"].value), shard,
-                    sum((Counter(m.metadata["events_skipped"].value)
-                         for m in result.asset_materializations_for_node("transcripts")), Counter()))
+                    Counter(ingested.metadata["events_skipped"].value),
+                    ingested.metadata["refusals_resolved"].value)
 
 
 def _first_failed_step(result: dg.ExecuteInProcessResult | dg.JobExecutionResult) -> str | None:

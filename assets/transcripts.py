@@ -23,7 +23,8 @@ from memory_pipelines.stages import transcripts as transcript_stage
         "prefix or an agent's own PostgreSQL table (MEMORY_TRANSCRIPTS), in the formats of "
         "docs/formats.md, validated by DuckDB, and archived in `messages` "
         "(unique on session_id, seq) with `sessions` kept in step. Refused records go to "
-        "`quarantine` with their reason; records of users forgotten on request are skipped; "
+        "`quarantine` with their reason, and are marked resolved once a later run stores them "
+        "(`refusals_resolved`); records of users forgotten on request are skipped; "
         "read = stored + duplicate + quarantined + forgotten + superseded (re-sent turns a "
         "replace merge set aside). A fork's records name `parent_session_id` and `fork_seq`."
     ),

@@ -184,6 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise Interrupted(exc.signum) from exc
     with pool.connection() as conn:
         counts = repository.row_counts(conn, repository.list_tables(conn))
+        refusals_open, refusals_resolved = repository.quarantine_totals(conn)
     width = max(len(t) for t in counts)
     runs_label = f" x {len(runs)} shard(s)" if settings.shards > 1 else ""
     print(f"done: {len(keys)} partition(s){runs_label} in {time.perf_counter() - started:.1f}s")
@@ -193,6 +194,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if skipped_events:
         kinds = ", ".join(f"{kind} {n}" for kind, n in skipped_events.most_common())
         print(f"skipped: {skipped_events.total()} source event(s) that are no turn ({kinds})")
+    resolved_now = sum(r.refusals_resolved for r in runs)
+    if refusals_open or refusals_resolved:
+        print(f"quarantine: {refusals_open} refusal(s) open, {refusals_resolved} resolved ({resolved_now} by this "
+              "run): `memory-pipelines quarantine` lists the open ones")
     read, quarantined = sum(r.read for r in runs), sum(r.quarantined for r in runs)
     if read and quarantined == read:
         refused = sum((r.refused_by_reason for r in runs), Counter())
@@ -708,6 +713,42 @@ def cmd_archive_restore(args: argparse.Namespace) -> int:
         print("dry run: nothing restored; add --yes to restore these")
     if missing or len(restored) < len(results):
         return 1
+    return 0
+
+
+def _quarantine_line(row) -> str:
+    record = f" · {row.session_id} seq {row.seq}" if row.seq is not None else (
+        f" · {row.session_id}" if row.session_id else "")
+    resolved = (f"  resolved {row.resolved_at:%Y-%m-%d %H:%M} by run {row.resolved_by_run}"
+                if row.resolved_at is not None else "")
+    return (f"  {row.source_file}:{row.source_line}  {row.reason}  {row.detail}{record}"
+            f" · run {row.run_id} {row.quarantined_at:%Y-%m-%d %H:%M}{resolved}")
+
+
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from memory_pipelines.db import repository
+    from memory_pipelines.db.connection import get_pool
+
+    open_rows, resolved = not args.resolved, args.resolved or args.all
+    with get_pool(_connect_url(_settings())).connection() as conn:
+        rows = repository.quarantine_rows(conn, open_rows=open_rows, resolved=resolved, reason=args.reason,
+                                          limit=args.limit)
+        open_count, resolved_count = repository.quarantine_totals(conn, args.reason)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], default=str, ensure_ascii=False, indent=2))
+        return 0
+    shown = f" (first {args.limit})" if len(rows) == args.limit else ""
+    of = f" {args.reason}" if args.reason else ""
+    if args.resolved:
+        print(f"{resolved_count}{of} refusal(s) resolved by a later run{shown}; {open_count} still open")
+    else:
+        where = "listed after them" if args.all else "--resolved lists them"
+        print(f"{open_count}{of} refusal(s) open{shown}"
+              + (f"; {resolved_count} resolved by a later run ({where})" if resolved_count else ""))
+    for row in rows:
+        print(_quarantine_line(row))
     return 0
 
 
@@ -1356,6 +1397,18 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             command.add_argument("--yes", action="store_true", help="restore them (without it: only show what would)")
             command.set_defaults(func=cmd_archive_restore, limit=None)
+
+    from memory_pipelines.records import QuarantineReason
+
+    quarantine = sub.add_parser("quarantine", help="refused records still open (file and line, reason, detail, run); "
+                                                   "--resolved: those a later run stored, with when and which run")
+    shown = quarantine.add_mutually_exclusive_group()
+    shown.add_argument("--resolved", action="store_true", help="only the refusals a later run resolved")
+    shown.add_argument("--all", action="store_true", help="open and resolved refusals")
+    quarantine.add_argument("--reason", choices=[r.value for r in QuarantineReason], help="one reason's refusals")
+    quarantine.add_argument("--limit", type=_positive_int, default=200, help="at most this many rows (default 200)")
+    quarantine.add_argument("--json", action="store_true", help="the rows as JSON, raw text included")
+    quarantine.set_defaults(func=cmd_quarantine)
 
     embeddings = sub.add_parser("embeddings", help="stored vectors per table and model, against the configured embedder")
     embeddings.add_argument("action", choices=["status"])

@@ -103,6 +103,66 @@ def insert_quarantine(
             cur.executemany(query("insert_quarantine"), rows)
 
 
+def resolve_held_refusals(conn: psycopg.Connection, messages: Sequence[Message], run_id: str) -> int:
+    """Marks resolved (by `run_id`) the open refusals of the records of `messages` (as read)
+    the archive now holds, stored now or before; returns how many. Only the messages of files
+    with open refusals are looked up."""
+    files = {m.source_file for m in messages}
+    if not files:
+        return 0
+    rows = conn.execute(query("open_quarantine_files"), {"files": sorted(files)}).fetchall()
+    open_files = {f for (f,) in rows}
+    held = [m for m in messages if m.source_file in open_files]
+    if not held:
+        return 0
+    params = {"files": [m.source_file for m in held], "lines": [m.source_line for m in held],
+              "session_ids": [m.session_id for m in held], "seqs": [m.seq for m in held],
+              "hashes": [m.content_hash for m in held], "run_id": run_id}
+    return conn.execute(query("resolve_held_refusals"), params).rowcount
+
+
+def resolve_clean_file_refusals(conn: psycopg.Connection, location: str, scan_key: str, files: Sequence[str],
+                                run_id: str) -> int:
+    """Marks resolved the open refusals (conflicts with the archive aside) of those of `files`
+    whose index entry, scanned under `scan_key`, refuses no record; returns how many."""
+    if not files:
+        return 0
+    return conn.execute(query("resolve_clean_file_refusals"), {
+        "location": location, "scan_key": scan_key, "files": list(files), "run_id": run_id}).rowcount
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineRow:
+    id: int
+    source_file: str
+    source_line: int
+    reason: str
+    detail: str
+    raw: str
+    raw_bytes: int
+    session_id: str | None
+    seq: int | None
+    partition_key: str
+    run_id: str
+    quarantined_at: datetime
+    resolved_at: datetime | None
+    resolved_by_run: str | None
+
+
+def quarantine_rows(conn: psycopg.Connection, *, open_rows: bool = True, resolved: bool = False,
+                    reason: str | None = None, limit: int = 100) -> list[QuarantineRow]:
+    """Refused records, open ones first (by file and line), then resolved ones."""
+    with conn.cursor(row_factory=class_row(QuarantineRow)) as cur:
+        return cur.execute(query("quarantine_rows"), {"open": open_rows, "resolved": resolved, "reason": reason,
+                                                      "limit": limit}).fetchall()
+
+
+def quarantine_totals(conn: psycopg.Connection, reason: str | None = None) -> tuple[int, int]:
+    """How many refusals are open and how many resolved."""
+    open_count, resolved = conn.execute(query("quarantine_totals"), {"reason": reason}).fetchone()
+    return open_count, resolved
+
+
 def refresh_sessions(conn: psycopg.Connection, session_ids: Sequence[str]) -> None:
     if session_ids:
         conn.execute(query("refresh_sessions"), {"session_ids": list(session_ids)})

@@ -92,8 +92,8 @@ CHECKS: dict[str, tuple[QualityCheck, ...]] = {
              ("unique", ("source_file", "source_line", "reason", "raw_md5")),
              *_not_null("source_file", "source_line", "detail", "run_id")),
             blocking=False,
-            description="The partition's quarantined records: a known reason with its detail, source file/line "
-                        "unique per reason and content, run id present."),
+            description="The partition's quarantined records still open (not resolved by a later run): a known "
+                        "reason with its detail, source file/line unique per reason and content, run id present."),
     ),
     "conversation_segments": (
         QualityCheck(

@@ -1,7 +1,8 @@
 """Stage `transcripts`: every transcript record whose time falls in the window, from the
 source `MEMORY_TRANSCRIPTS` names (memory_pipelines.sources), validated by DuckDB and
 archived in `messages` with `sessions` kept in step, one day at a time; refused records go to
-`quarantine` with their reason. read = stored + duplicate + quarantined + forgotten +
+`quarantine` with their reason, and earlier refusals of what it now stores are marked
+resolved (`refusals_resolved`). read = stored + duplicate + quarantined + forgotten +
 superseded; a shard's run reads every record and ingests its users' (`other_shards`: the rest)."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from memory_pipelines.ingest import plan_ingest, scan_of_shard
 from memory_pipelines.records import QuarantineReason
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
 from memory_pipelines.sources import SourceSettings, open_source
-from memory_pipelines.sources.files import PostgresIndex
+from memory_pipelines.sources.files import FileSource, PostgresIndex
 from memory_pipelines.transcripts import SKIPPED_SHOWN, describe_skipped
 
 ASSET = "transcripts"
@@ -44,6 +45,8 @@ class TranscriptCounts(Counts):
     stored: int = 0
     duplicate: int = 0
     quarantined: int = 0
+    # earlier refusals whose records the archive now holds, or whose file now refuses none
+    refusals_resolved: int = 0
     forgotten: int = 0
     superseded: int = 0  # re-sent turns a replace merge set aside
     other_shards: int = 0  # records of other shards' users, left to their runs (not in `read`)
@@ -60,7 +63,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     span = window.span
     # records no readable time dates go to the run's own range (there are any only when
     # nothing in the location has a readable time)
-    plan = open_source(settings.source, PostgresIndex(pool)).plan(span, include_undated=True)
+    source = open_source(settings.source, PostgresIndex(pool))
+    plan = source.plan(span, include_undated=True)
     location = mask_url(settings.source.location)
     counts = TranscriptCounts(
         partition_window=f"{span.start.isoformat()} .. {span.end.isoformat()}", source=location,
@@ -70,6 +74,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     report = StageReport(counts)
     written: set[str] = set()
     unreadable = set(plan.unreadable)
+    read_files: set[str] = set()  # files the run read records of, and of them those it refused some of
+    refusing_files: set[str] = set()
     with pool.connection() as conn:
         # one day at a time, each its own transaction: memory follows the day, not the
         # location, and a run stopped on a later day keeps the days it finished
@@ -80,11 +86,20 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
                 # a file may also fail between indexing and reading its day
                 unreadable |= {r.source_file for r in scan.quarantined
                                if r.reason == QuarantineReason.UNREADABLE_FILE}
+                read_files |= {m.source_file for m in scan.messages} | {r.source_file for r in scan.quarantined}
+                refusing_files |= {r.source_file for r in scan.quarantined}
                 with conn.transaction():
                     repository.lock_transcript_writes(conn)
                     mine, elsewhere = scan_of_shard(scan, window.shard)
                     counts.other_shards += elsewhere
                     written |= _ingest(conn, mine, window.label, window.run_id, counts, report)
+        if isinstance(source, FileSource):
+            # a file read now that refuses none of its records: its earlier refusals are over,
+            # even those whose records no longer fall on the same line (merged, renumbered)
+            with conn.transaction():
+                repository.lock_transcript_writes(conn)
+                counts.refusals_resolved += repository.resolve_clean_file_refusals(
+                    conn, source.location, source.settings.key, sorted(read_files - refusing_files), window.run_id)
         counts.table_rows = repository.row_counts(conn, repository.ARCHIVE_TABLES)
     counts.sessions_touched = len(written)
     counts.files_unreadable = len(unreadable)
@@ -113,6 +128,8 @@ def _ingest(conn, scan, label: str, run_id: str, counts: TranscriptCounts, repor
     plan = plan_ingest(scan, stored, owners, forgotten, forks, repository.superseded_keys(conn, session_ids))
     repository.insert_fork_points(conn, plan.forks, "transcript")
     repository.insert_messages(conn, plan.new, run_id)
+    # before this day's refusals are written: a record refused again is open again
+    counts.refusals_resolved += repository.resolve_held_refusals(conn, scan.messages, run_id)
     repository.insert_quarantine(conn, plan.quarantined, label, run_id)
     written = sorted({m.session_id for m in plan.new})
     repository.refresh_sessions(conn, written)

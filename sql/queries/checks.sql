@@ -26,9 +26,10 @@ FROM (SELECT session_id, count(DISTINCT user_id) AS users, min(user_id) AS user_
 LEFT JOIN sessions s USING (session_id);
 
 -- name: quarantine_check_rows
+-- The partition's (or run's) refusals still open: those a later run resolved are not counted.
 SELECT q.source_file, q.source_line, q.reason, q.raw_md5, q.detail, q.run_id
 FROM quarantine q
-WHERE q.partition_key = %(partition_label)s OR q.run_id = %(run_id)s;
+WHERE (q.partition_key = %(partition_label)s OR q.run_id = %(run_id)s) AND q.resolved_at IS NULL;
 
 -- name: segment_check_rows
 -- The partition's segments. Confidence is a real: the threshold is compared as one too.

@@ -21,7 +21,55 @@ INSERT INTO quarantine (source_file, source_line, reason, detail, raw, raw_bytes
                         partition_key, run_id)
 VALUES (%(source_file)s, %(source_line)s, %(reason)s, %(detail)s, %(raw)s, %(raw_bytes)s,
         %(session_id)s, %(seq)s, %(partition_key)s, %(run_id)s)
-ON CONFLICT (source_file, source_line, reason, raw_md5) DO NOTHING;
+-- the same record refused again stays one row, open again if a run had resolved it
+ON CONFLICT (source_file, source_line, reason, raw_md5) DO UPDATE
+SET resolved_at = NULL, resolved_by_run = NULL
+WHERE quarantine.resolved_at IS NOT NULL;
+
+-- name: open_quarantine_files
+-- Which of these files have refusals still open.
+SELECT DISTINCT source_file FROM quarantine WHERE resolved_at IS NULL AND source_file = ANY(%(files)s);
+
+-- name: resolve_held_refusals
+-- The open refusals of records the archive now holds (the archive has their session and seq
+-- with the same content hash), as read from the same file and line (line 0, the whole file:
+-- any line of it) and, when the refusal names a session and seq, with that session and seq:
+-- the line's other records (an openai conversation gives several) leave it open.
+UPDATE quarantine AS q
+SET resolved_at = now(), resolved_by_run = %(run_id)s
+FROM (SELECT DISTINCT k.source_file, k.source_line, k.session_id, k.seq
+      FROM unnest(%(files)s::text[], %(lines)s::bigint[], %(session_ids)s::text[], %(seqs)s::bigint[],
+                  %(hashes)s::text[]) AS k (source_file, source_line, session_id, seq, content_hash)
+      JOIN messages AS m ON m.session_id = k.session_id AND m.seq = k.seq AND m.content_hash = k.content_hash) AS h
+WHERE q.resolved_at IS NULL AND q.source_file = h.source_file
+  AND (q.source_line = h.source_line OR q.source_line = 0)
+  AND (q.session_id IS NULL OR q.seq IS NULL OR (q.session_id, q.seq) = (h.session_id, h.seq));
+
+-- name: resolve_clean_file_refusals
+-- The open refusals of files whose latest scan under the run's settings (their index entry)
+-- refuses none of their records: a line fixed, a setting such as MEMORY_SOURCE_USER given.
+-- A conflict with the archive (a scan does not see those) stays for its own record to settle.
+UPDATE quarantine AS q
+SET resolved_at = now(), resolved_by_run = %(run_id)s
+FROM transcript_objects AS o
+WHERE o.location = %(location)s AND o.name = ANY(%(files)s) AND o.scan_key = %(scan_key)s AND o.refused = 0
+  AND q.source_file = o.name AND q.resolved_at IS NULL
+  AND q.reason NOT IN ('conflicting_duplicate', 'user_mismatch', 'fork_mismatch');
+
+-- name: quarantine_rows
+-- The quarantine for `memory-pipelines quarantine`: open rows, resolved rows, or both.
+SELECT id, source_file, source_line, reason, detail, raw, raw_bytes, session_id, seq, partition_key, run_id,
+       quarantined_at, resolved_at, resolved_by_run
+FROM quarantine
+WHERE ((%(open)s AND resolved_at IS NULL) OR (%(resolved)s AND resolved_at IS NOT NULL))
+  AND (%(reason)s::text IS NULL OR reason = %(reason)s)
+ORDER BY resolved_at IS NOT NULL, source_file, source_line, reason, id
+LIMIT %(limit)s;
+
+-- name: quarantine_totals
+-- How many refusals are open and how many resolved (of one reason, if given).
+SELECT count(*) FILTER (WHERE resolved_at IS NULL), count(*) FILTER (WHERE resolved_at IS NOT NULL)
+FROM quarantine WHERE %(reason)s::text IS NULL OR reason = %(reason)s;
 
 -- name: refresh_sessions
 -- Recomputes the touched sessions from the archive; rows that did not change are not written.
