@@ -1075,6 +1075,38 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_formats(args: argparse.Namespace) -> int:
+    """The format each transcript file would be read in, and what decided it: before a first run,
+    or when a file is refused as canonical."""
+    from memory_pipelines.config import setting
+    from memory_pipelines.formats import detect
+    from memory_pipelines.sources.base import TranscriptSourceError
+    from memory_pipelines.sources.local import LocalStore
+
+    forced = setting("MEMORY_TRANSCRIPT_FORMAT")
+    found = []
+    for path in map(Path, args.paths):
+        store = LocalStore(path)
+        try:
+            listing = store.list_objects()
+        except TranscriptSourceError as exc:
+            raise CliError(str(exc)) from None
+        for obj in listing.objects:
+            detection = detect(obj.name, store.read(obj).data)
+            found.append({"file": obj.name, "format": forced if forced != "auto" else detection.format,
+                          "detected": detection.format, "saw": detection.saw})
+        found.extend({"file": name, "format": None, "detected": None, "saw": "not a transcript file (skipped)"}
+                     for name in listing.skipped)
+    if args.json:
+        print(json.dumps(found, ensure_ascii=False, indent=2))
+        return 0
+    for row in found:
+        print(f"{row['file']}: {row['format'] or '-'} — {row['saw']}")
+    if forced != "auto":
+        print(f"MEMORY_TRANSCRIPT_FORMAT={forced}: every file is read as {forced}, whatever was detected")
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from memory_pipelines.api.keys import create_key, list_keys, revoke_key
     from memory_pipelines.db.connection import get_pool
@@ -1500,6 +1532,12 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (create, listing, revoke):
         command.set_defaults(func=cmd_keys, json=False)
 
+    formats = sub.add_parser("formats", help="the format each transcript file is read in and what decided it "
+                                             "(reads files only, no database)")
+    formats.add_argument("paths", nargs="+", metavar="PATH", help="a transcript file or a folder (read recursively)")
+    formats.add_argument("--json", action="store_true")
+    formats.set_defaults(func=cmd_formats)
+
     gen = sub.add_parser("generate", help="write deterministic synthetic transcripts (for benchmarks)")
     gen.add_argument("out", help="output folder")
     gen.add_argument("--users", type=int, default=10)
@@ -1524,7 +1562,7 @@ DOING = {"run": "running the pipeline", "search": "searching", "context": "readi
 # commands that only read memory: a bad setting they do not use is a warning for them, not a
 # refusal (one they do use still refuses, when it is read)
 READING_COMMANDS = frozenset({"users", "sessions", "search", "context", "turns", "tree", "lineage", "embeddings",
-                              "export"})
+                              "export", "formats"})
 
 
 def _checked_settings(command: str) -> list[str]:

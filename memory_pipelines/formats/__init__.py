@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from memory_pipelines.formats.agent_events import _event_records
 from memory_pipelines.formats.aider import _aider_records, is_history_name
@@ -30,6 +31,7 @@ from memory_pipelines.formats.canonical import (
     _parquet_records,
 )
 from memory_pipelines.formats.chat_export import _chat_export_records
+from memory_pipelines.formats.chat_export import describe as describe_conversation
 from memory_pipelines.formats.codex import _codex_records, is_rollout_line
 from memory_pipelines.formats.common import (
     ACCEPTED_KINDS,
@@ -50,7 +52,7 @@ from memory_pipelines.formats.openai import _openai_records
 from memory_pipelines.records import TRANSCRIPT_FORMATS, QuarantineReason
 
 __all__ = ["ACCEPTED_KINDS", "CANONICAL_FIELDS", "TRANSCRIPT_FORMATS", "FormatOptions", "RawRecord", "call_arguments",
-           "decode_records", "detect_format", "is_transcript_name", "parse_field_mapping"]
+           "Detection", "decode_records", "detect", "detect_format", "is_transcript_name", "parse_field_mapping"]
 
 
 def is_transcript_name(name: str) -> bool:
@@ -79,20 +81,43 @@ def parse_field_mapping(text: str) -> dict[str, str]:
     return mapping
 
 
+@dataclass(frozen=True)
+class Detection:
+    """The format a file is read in, and what detection saw that decided it, in words."""
+    format: str
+    saw: str
+
+
 def detect_format(name: str, data: bytes) -> str:
     """The format a file is in, from its name and first records; canonical when nothing else fits
     (its own per-record errors then explain)."""
+    return detect(name, data).format
+
+
+def detect(name: str, data: bytes) -> Detection:
+    """`detect_format`, saying what it saw (`memory-pipelines formats` prints it)."""
     suffix = _suffix(name)
     if is_history_name(name):
-        return "aider"
+        return Detection("aider", "a file named *.chat.history.md — an Aider chat history")
+    if suffix == ".parquet":
+        return Detection("canonical", "Parquet — rows of canonical records")
     if suffix == ".json":
         if _is_loglines_export(data):
-            return "agent-events"
+            return Detection("agent-events", 'a JSON object with "loglines" — a Claude Code session export')
         first = _first_array_object(_text(data))
-        return "chat-export" if first is not None and _is_conversation(first) else "canonical"
+        if first is None:
+            return Detection("canonical", "no JSON array of objects — read as canonical (its errors say why)")
+        if _is_conversation(first):
+            return Detection("chat-export", describe_conversation(first))
+        return Detection("canonical", f"a JSON array of objects with {_keys(first)} — read as canonical records")
     if suffix in JSONL_SUFFIXES:
         return _jsonl_format(data)
-    return "canonical"
+    return Detection("canonical", f"a file named {suffix or 'without a suffix'} — read as canonical")
+
+
+def _keys(obj: dict) -> str:
+    keys = sorted(obj)
+    return ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "") if keys else "no keys"
 
 
 def decode_records(name: str, data: bytes, fmt: str | None = None,
@@ -140,10 +165,10 @@ def _is_conversation(obj: dict) -> bool:
             or isinstance(obj.get("chat_messages"), list))
 
 
-def _jsonl_format(data: bytes) -> str:
+def _jsonl_format(data: bytes) -> Detection:
     """The format of JSON Lines, from the first object line that tells (a session log may open
     with summary events)."""
-    for _, line in _jsonl_lines(data):
+    for number, line in _jsonl_lines(data):
         try:
             obj = json.loads(line.decode("utf-8", "replace"))
         except json.JSONDecodeError:
@@ -151,13 +176,13 @@ def _jsonl_format(data: bytes) -> str:
         if not isinstance(obj, dict):
             continue
         if isinstance(obj.get("messages"), list):
-            return "openai"
+            return Detection("openai", f"line {number}: an object with a messages array — a chat-completion log")
         if isinstance(obj.get("message"), dict) and any(k in obj for k in ("sessionId", "uuid", "parentUuid")):
-            return "agent-events"
+            return Detection("agent-events", f"line {number}: an event with a message and sessionId, uuid or "
+                                             "parentUuid — a Claude Code session log")
         if is_rollout_line(obj):
-            return "codex"
+            return Detection("codex", f"line {number}: a {obj.get('type')} line with a payload — a Codex CLI rollout")
         # an event holding no message (a summary, a snapshot) tells nothing; a record does
         if not (isinstance(obj.get("type"), str) and "message" not in obj and "role" not in obj):
-            return "canonical"
-    return "canonical"
-
+            return Detection("canonical", f"line {number}: an object with {_keys(obj)} — read as canonical records")
+    return Detection("canonical", "no line is a JSON object that tells a format — read as canonical")

@@ -83,6 +83,26 @@ def test_detection_looks_past_lines_that_do_not_tell():
     assert detect_format("c.parquet", b"[{}]") == "canonical"
 
 
+def test_detection_says_what_it_saw_and_the_cli_prints_it(capsys):
+    from memory_pipelines.cli import main
+
+    event = {"type": "user", "sessionId": "s", "uuid": "u1", "message": {"role": "user", "content": "hi"}}
+    summary = {"type": "summary", "summary": "a session", "leafUuid": "u9"}
+    seen = formats.detect("s.jsonl", _lines(summary, event))
+    assert seen.format == "agent-events" and seen.saw.startswith("line 2: ") and "Claude Code" in seen.saw
+    foreign = formats.detect("s.jsonl", _lines({"id": 1, "text": "hi", "when": "today"}))
+    assert foreign.format == "canonical" and "id, text, when" in foreign.saw
+
+    assert main(["formats", str(SAMPLES / "formats"), "--json"]) == 0
+    found = {row["file"]: row for row in json.loads(capsys.readouterr().out)}
+    assert {row["format"] for row in found.values()} == set(TRANSCRIPT_FORMATS) - {"canonical"}
+    assert "Claude.ai" in found["claude_ai/conversations.json"]["saw"]
+    assert "ChatGPT" in found["chat_export/conversations.json"]["saw"]
+    assert found["claude_code_export/session-export.json"]["format"] == "agent-events"
+    assert main(["formats", str(OPENAI)]) == 0
+    assert capsys.readouterr().out.startswith("chat_log.jsonl: openai — line 1: ")
+
+
 # -- canonical: what the readers wrote before formats existed, byte for byte
 
 
