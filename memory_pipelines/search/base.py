@@ -1,0 +1,106 @@
+"""What every store's search shares: the user scope, the query's vector, statements sent
+in one round trip and made into hits."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from memory_pipelines.db.queries import query
+from memory_pipelines.db.vectors import register_vector_types
+from memory_pipelines.embed import Embedder, EmbeddingError
+from memory_pipelines.search.hits import MemoryHit
+from memory_pipelines.search.terms import MAX_QUERY_CHARS
+
+log = logging.getLogger("memory_pipelines.search")
+
+
+class AccessDenied(PermissionError):
+    pass
+
+
+@dataclass(frozen=True)
+class EmbedderMismatch:
+    """The stored vectors were made with another model than the configured embedder: until
+    the next run re-embeds them, search ranks by text alone."""
+    configured: str
+    stored: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return (f"stored vectors were made with {', '.join(self.stored)}, the configured embedder is "
+                f"{self.configured}: searching by text until `memory-pipelines run` re-embeds them")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A store's search as statements (name, params) and what makes hits of their rows."""
+    statements: tuple[tuple[str, dict], ...]
+    hits: Callable[[list[list[dict]]], list[MemoryHit]]
+
+
+class SearchBase:
+    """The connection, embedder and scope each store's search (a mixin per module) reads with."""
+
+    def __init__(self, conn: psycopg.Connection, embedder: Embedder | None = None, *, admin: bool = False):
+        self.conn, self.embedder, self.admin = conn, embedder, admin
+        self._last_vector: tuple[str, np.ndarray] | None = None  # one query embeds once across the stores
+        self._vectors_usable: dict[str | None, bool] = {}  # per user: stored vectors are the embedder's
+        self.warnings: list[EmbedderMismatch] = []
+        if embedder is not None:
+            register_vector_types(conn)  # a connection from outside the pool may not know the type yet
+
+    # --- scoping --------------------------------------------------------------------
+
+    def _scope(self, user_id: str | None) -> dict:
+        if user_id is None and not self.admin:
+            raise AccessDenied("searching without a user needs admin=True")
+        return {"user_id": user_id, "all_users": user_id is None}
+
+    def _vectors_match(self, user_id: str | None) -> bool:
+        """Whether the user's stored vectors are the configured embedder's; if not, say so
+        once and search by text (vectors of two models are not comparable)."""
+        if user_id not in self._vectors_usable:
+            other = tuple(r[0] for r in self.conn.execute(query("other_embedding_models"), {
+                **self._scope(user_id), "model": self.embedder.model_id}))
+            if other:
+                mismatch = EmbedderMismatch(self.embedder.model_id, other)
+                self.warnings.append(mismatch)
+                log.info("search: %s", mismatch.message)
+            self._vectors_usable[user_id] = not other
+        return self._vectors_usable[user_id]
+
+    def _vector(self, text: str, user_id: str | None) -> np.ndarray | None:
+        if self.embedder is None or not text.strip() or not self._vectors_match(user_id):
+            return None
+        text = text[:MAX_QUERY_CHARS]
+        if self._last_vector is not None and self._last_vector[0] == text:
+            return self._last_vector[1]
+        try:
+            vector = np.asarray(self.embedder.embed([text])[0], dtype=np.float32)
+        except EmbeddingError:
+            return None  # the text paths still answer
+        self._last_vector = (text, vector)
+        return vector
+
+    def _rows(self, name: str, params: dict) -> list[dict]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(query(name), params).fetchall()
+
+    def _fetch(self, statements: Sequence[tuple[str, dict]]) -> list[list[dict]]:
+        """Statements sent together in one pipeline: one round trip instead of one each,
+        which on a busy server costs more than these small queries themselves."""
+        with self.conn.pipeline():
+            cursors = [self.conn.cursor(row_factory=dict_row).execute(query(name), params)
+                       for name, params in statements]
+        return [cur.fetchall() for cur in cursors]
+
+    def _resolve(self, *plans: Plan) -> list[list[MemoryHit]]:
+        """The plans' statements in one round trip, then each plan's rows made into hits."""
+        results = iter(self._fetch([statement for plan in plans for statement in plan.statements]))
+        return [plan.hits([next(results) for _ in plan.statements]) for plan in plans]
