@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 import psycopg
 
 from assets.transcripts import transcripts
-from memory_pipelines.cli import build_parser, cmd_quarantine
+from memory_pipelines.cli import build_parser
+from memory_pipelines.cli.inventory import cmd_quarantine
 from memory_pipelines.db import repository
 from memory_pipelines.records import Message, QuarantinedRecord, QuarantineReason
 from tests.helpers import materialization_metadata, materialize_partitions, table_fingerprints
