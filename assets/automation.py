@@ -3,10 +3,12 @@ changed transcript files and requests runs for exactly the days they touch."""
 
 import hashlib
 import json
-from datetime import UTC
+from collections.abc import Sequence
+from datetime import UTC, date
 
 import dagster as dg
 
+from assets.partition_start import partition_start
 from assets.partitions import SHARD_TAG, SHARDS, daily_partitions, partition_key
 from assets.resources import PostgresResource
 from memory_pipelines.config import mask_url, setting
@@ -26,6 +28,25 @@ def shard_run(run_key: str, day: str, shard: int) -> dg.RunRequest:
         return dg.RunRequest(run_key=run_key, partition_key=day)
     return dg.RunRequest(run_key=f"{run_key}#{shard}", partition_key=partition_key(day, shard),
                          tags={SHARD_TAG: str(shard)})
+
+
+def days_before_start(first: str, days: Sequence[date]) -> tuple[str, bool] | None:
+    """What the sensor says of changed days before the first partition `first` (None: there
+    are none), and whether their runs are requested once the code location loads again: they
+    are when a load now would start at them (MEMORY_PARTITION_START unset, their files
+    indexed); the sensor then keeps its cursor, and a run key it already requested is not
+    requested twice. Else they are left out, as days after today are."""
+    early = [day.isoformat() for day in days if day.isoformat() < first]
+    if not early:
+        return None
+    named = f"{len(early)} days from {early[0]} to {early[-1]}" if len(early) > 1 else early[0]
+    start = partition_start()
+    if start <= date.fromisoformat(early[0]):
+        return (f"transcripts of {named} lie before the first partition, {first}: reload the code location (its "
+                f"partitions then start at {start}) and the next tick requests their runs"), True
+    return (f"transcripts of {named} lie before the first partition, {first}, and are not run: set "
+            f"MEMORY_PARTITION_START={early[0]}, reload the code location and backfill them (or run "
+            f"`memory-pipelines run --start {early[0]}`)"), False
 
 
 def build_automation(job):
@@ -56,8 +77,15 @@ def build_automation(job):
             return dg.SkipReason(f"nothing new or changed in {mask_url(settings.location)}")
         valid = set(daily_partitions.get_partition_keys())
         digest = hashlib.sha256(json.dumps([found.changed, found.cursor], sort_keys=True).encode()).hexdigest()[:12]
+        requests = [shard_run(f"{day.isoformat()}:{digest}", day.isoformat(), shard)
+                    for day in found.days if day.isoformat() in valid for shard in range(SHARDS)]
+        early = days_before_start(daily_partitions.get_first_partition_key(), found.days)
+        if early is not None:
+            message, after_reload = early
+            context.log.warning(message)
+            if after_reload:  # the cursor stays: the tick after the reload sees these changes again
+                return requests or dg.SkipReason(message)
         context.update_cursor(json.dumps(found.cursor))
-        return [shard_run(f"{day.isoformat()}:{digest}", day.isoformat(), shard)
-                for day in found.days if day.isoformat() in valid for shard in range(SHARDS)]
+        return requests
 
     return distill_schedule, transcript_files_sensor

@@ -7,9 +7,8 @@ import dagster as dg
 
 from assets.asset_checks import quality_check_specs
 from assets.materialization import guarded_step, stage_results, stage_window
-from assets.partitions import DAILY_ASSET, PREVIOUS_DAY
+from assets.partitions import DAILY_ASSET, PARTITION_START, PREVIOUS_DAY
 from assets.resources import ModelResource, PostgresResource, SummarySettings
-from memory_pipelines.config import Settings
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.stages import segments, summaries
 from memory_pipelines.stages.common import Backends
@@ -70,7 +69,7 @@ def session_summaries(
 ) -> Iterator:
     pool = get_pool(postgres.url())
     settings = summaries.Settings(summary_settings.language, summary_settings.chunk_chars, llm.concurrency,
-                                  Settings.from_env().partition_start.isoformat())
+                                  PARTITION_START.isoformat())
     with llm.backend_for_run(pool, context.run_id) as summarizer, \
             decision.backend_for_run(pool, context.run_id) as decider:
         report = summaries.run(pool, stage_window(context), settings, Backends(judge=decider, writer=summarizer))

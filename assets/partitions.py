@@ -2,12 +2,16 @@
 
 import dagster as dg
 
+from assets.partition_start import partition_start
 from memory_pipelines.config import setting
 from memory_pipelines.shards import Shard
 
-# end_offset=1: today's partition exists, so the sensor and schedule can ingest it as it grows.
+# Where the data starts (MEMORY_PARTITION_START, else the first transcript day the database
+# knows, else 2024-01-01: assets/partition_start.py), read once on import. end_offset=1:
+# today's partition exists, so the sensor and schedule can ingest it as it grows.
+PARTITION_START = partition_start()
 daily_partitions = dg.DailyPartitionsDefinition(
-    start_date=setting("MEMORY_PARTITION_START").isoformat(), timezone="UTC", end_offset=1
+    start_date=PARTITION_START.isoformat(), timezone="UTC", end_offset=1
 )
 
 SHARDS = setting("MEMORY_SHARDS")

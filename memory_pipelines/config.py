@@ -275,7 +275,11 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
          "its later days (about 1.25 times that in memory); a file past it is validated again for each day it holds"),
     Spec("MEMORY_TIMEZONE", ZONE, "UTC", "zone for timestamps written without one"),
     Spec("MEMORY_MAX_MESSAGE_BYTES", integer(1), 1_000_000, "larger records are quarantined"),
-    Spec("MEMORY_PARTITION_START", DAY, date(2024, 1, 1), "first daily partition"),
+    Spec("MEMORY_PARTITION_START", DAY, None,
+         "the first daily partition; days before it cannot be run (unset: where the data starts, read when the "
+         "assets load)",
+         derived="the first transcript day the database knows (its earliest message or indexed transcript file), "
+                 "else 2024-01-01"),
     *_model_specs("MEMORY_LLM", inherits=False),
     *_model_specs("MEMORY_DECISION", inherits=True),
     Spec("MEMORY_PRICE_TABLE", PRICE_TABLE, None, "JSON price table for estimated cost"),
@@ -391,7 +395,7 @@ class Settings:
     transcripts: str
     timezone: str
     max_message_bytes: int
-    partition_start: date
+    partition_start: date | None  # None: derived (assets/partition_start.py)
     shards: int
 
     @classmethod

@@ -48,3 +48,52 @@ def test_schedule_requests_the_partition_of_its_tick():
     assert request.partition_key == "2026-10-05" and request.run_key == "2026-10-05@2026-10-05T12:15:00+00:00"
     assert distill_schedule.cron_schedule == "*/15 * * * *"
     assert defs.resolve_job_def("distill") is not None
+
+
+def test_sensor_days_before_the_first_partition_wait_for_a_reload_or_are_named(tmp_path, monkeypatch, database_url):
+    from assets.definitions import transcript_files_sensor
+    from assets.partitions import daily_partitions
+
+    assert daily_partitions.get_first_partition_key() == "2024-01-01"  # as loaded (tests/__init__.py)
+    folder = tmp_path / "t"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder)
+    (folder / "old.jsonl").write_text(json.dumps({
+        "session_id": "old-1", "user_id": "bob", "seq": 1, "role": "user", "content": "an old transcript",
+        "ts": "2023-12-30T10:00:00Z"}) + "\n")
+    monkeypatch.setenv("MEMORY_TRANSCRIPTS", str(folder))
+    later = [d.isoformat() for d in location_days(folder) if d.isoformat() >= "2024-01-01"]
+    # MEMORY_PARTITION_START unset: a load now starts at the old file's day (the tick indexed
+    # it), so its day waits for the reload: the days there are partitions for are requested,
+    # the cursor stays and the next tick asks for the same runs again (deduplicated by run key)
+    monkeypatch.delenv("MEMORY_PARTITION_START")
+    waiting = sensor_context(database_url, None)
+    requests = transcript_files_sensor(waiting)
+    assert sorted(r.partition_key for r in requests) == later and waiting.cursor is None
+    assert [r.run_key for r in transcript_files_sensor(sensor_context(database_url, None))] == \
+        [r.run_key for r in requests]
+    # MEMORY_PARTITION_START set: the day is left out, named in a warning, and the cursor moves on
+    monkeypatch.setenv("MEMORY_PARTITION_START", "2024-01-01")
+    named = sensor_context(database_url, None)
+    assert sorted(r.partition_key for r in transcript_files_sensor(named)) == later and named.cursor is not None
+
+
+def test_days_before_the_first_partition_say_what_to_do(database_url, monkeypatch):
+    from datetime import date
+
+    from assets.automation import days_before_start
+
+    assert days_before_start("2024-01-01", [date(2024, 1, 1), date(2024, 2, 1)]) is None
+    message, after_reload = days_before_start("2024-01-01", [date(2023, 12, 30), date(2023, 12, 31)])
+    assert not after_reload and message == (
+        "transcripts of 2 days from 2023-12-30 to 2023-12-31 lie before the first partition, 2024-01-01, and are "
+        "not run: set MEMORY_PARTITION_START=2023-12-30, reload the code location and backfill them (or run "
+        "`memory-pipelines run --start 2023-12-30`)")
+    monkeypatch.delenv("MEMORY_PARTITION_START")  # an empty database: a load now starts at 2024-01-01 too
+    assert days_before_start("2024-01-01", [date(2023, 12, 30)])[1] is False
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO messages (session_id, seq, user_id, role, content, ts, content_hash, source_file, "
+                     "source_line, ingested_run_id) VALUES ('s', 1, 'ann', 'user', 'hi', '2023-12-29T12:00:00Z', "
+                     "'h', 'f', 1, 'r')")
+    assert days_before_start("2024-01-01", [date(2023, 12, 30)]) == (
+        "transcripts of 2023-12-30 lie before the first partition, 2024-01-01: reload the code location (its "
+        "partitions then start at 2023-12-29) and the next tick requests their runs", True)
