@@ -4,11 +4,11 @@ import dagster as dg
 
 from assets.automation import build_automation
 from assets.distillation import conversation_segments, session_summaries
-from assets.lifecycle import error_memory, knowledge_entries, memory_decay
-from assets.memory import memory_chunks, memory_facts
+from assets.embeddings import memory_embeddings
+from assets.ingestion import transcripts
+from assets.knowledge import error_memory, knowledge_entries, memory_decay
+from assets.memory import memory_chunks, memory_facts, memory_tree, memory_turns, sketches
 from assets.resources import resources_from_env
-from assets.search_assets import memory_embeddings, memory_tree, memory_turns, sketches
-from assets.transcripts import transcripts
 from memory_pipelines.config import setting
 
 all_assets = [
@@ -34,7 +34,7 @@ def run_executor() -> dg.ExecutorDefinition:
     environment: nothing holding a connection is pickled). docs/operations.md has more."""
     kind = setting("MEMORY_EXECUTOR")
     if kind == "dask":
-        from assets.dask_executor import dask_executor
+        from assets.run.dask_executor import dask_executor
 
         return dask_executor.configured({"address": setting("MEMORY_DASK_SCHEDULER")}, name="dask")
     return dg.multiprocess_executor if kind == "multiprocess" else dg.in_process_executor

@@ -11,7 +11,7 @@ import dagster as dg
 from assets.asset_checks import partition_scope, quality_check_results
 from assets.partitions import partition_key, split_partition_keys
 from assets.resources import PostgresResource
-from memory_pipelines.db import repository
+from memory_pipelines.db import schema as schema_db
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.db.outage import DatabaseLost, ServerLog, connection_lost
 from memory_pipelines.reporting import markdown_table
@@ -23,7 +23,7 @@ def stage_window(context: dg.AssetExecutionContext) -> Window:
     and its shard, once the database is known to be distilled with this many shards."""
     days, shard = split_partition_keys(list(context.partition_keys))
     with get_pool(context.resources.postgres.url()).connection() as conn:
-        repository.check_shard_layout(conn, shard.count)
+        schema_db.check_shard_layout(conn, shard.count)
     return Window(days, context.run_id, shard)
 
 

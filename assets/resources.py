@@ -12,7 +12,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.config import SPECS, DecaySettings, default_home, setting
-from memory_pipelines.db import repository
+from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.db.connection import get_pool, resolve_url
 from memory_pipelines.embed import EmbedConfig, Embedder, build_embedder, embed_config
 from memory_pipelines.llm import ModelBackend, ModelConfig, build_backend
@@ -104,7 +104,7 @@ class ModelResource(dg.ConfigurableResource):
         """The back end for one run, once its server answered; the token budget counts what
         this run already spent. A dead server fails the step at once, without retries."""
         unreachable_fails(model_server(self.backend, self.base_url, self.settings_prefix, "rules"))
-        backend = build_backend(self.config(), lambda: repository.run_tokens_spent(pool, run_id))
+        backend = build_backend(self.config(), lambda: summaries_db.run_tokens_spent(pool, run_id))
         try:
             yield backend
         finally:

@@ -24,11 +24,12 @@ from datetime import datetime
 import psycopg
 from psycopg.rows import dict_row
 
-from memory_pipelines.db import repository
+from memory_pipelines.db import summaries as summaries_db
+from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.db.queries import query
 from memory_pipelines.llm.backends import ModelBackend, ModelCall
 from memory_pipelines.records import MERGE_MODES, ForkPoint, Message, Summary
-from memory_pipelines.transcripts import hash_message
+from memory_pipelines.core.transcript_scan import hash_message
 
 MERGE_SOURCE = "merge"  # source_file of the parent turns a merge wrote
 
@@ -85,7 +86,7 @@ def _range(conn: psycopg.Connection, session_id: str) -> tuple[int, int, str] | 
 
 
 def _messages_after(conn: psycopg.Connection, session_id: str, after_seq: int) -> list[Message]:
-    return repository.sessions_messages_after(conn, {session_id: after_seq}).get(session_id, [])
+    return summaries_db.sessions_messages_after(conn, {session_id: after_seq}).get(session_id, [])
 
 
 def fork_session(conn: psycopg.Connection, session_id: str, new_session_id: str, at: int | None = None,
@@ -93,20 +94,20 @@ def fork_session(conn: psycopg.Connection, session_id: str, new_session_id: str,
     """A new session sharing `session_id`'s turns up to `at` (default: its last); its own
     turns, written to transcripts under `new_session_id`, start at seq at + 1."""
     with conn.transaction():
-        repository.lock_sessions(conn, [session_id, new_session_id])
+        summaries_db.lock_sessions(conn, [session_id, new_session_id])
         found = _range(conn, session_id)
         if found is None:
             raise ForkError(f"no session {session_id!r} in the archive: fork a session that has turns")
         first, last, user_id = found
-        if session_id in repository.fork_points(conn, [session_id]):
+        if session_id in transcripts_db.fork_points(conn, [session_id]):
             raise ForkError(f"{session_id} is itself a fork: fork its parent, or merge it first")
-        if _range(conn, new_session_id) is not None or repository.fork_points(conn, [new_session_id]):
+        if _range(conn, new_session_id) is not None or transcripts_db.fork_points(conn, [new_session_id]):
             raise ForkError(f"session {new_session_id!r} already exists: name the fork anew with --as")
         at = last if at is None else at
         if not first <= at <= last:
             raise ForkError(f"--at {at} is outside {session_id}'s turns {first}..{last}")
         fork = ForkPoint(new_session_id, session_id, at, user_id)
-        repository.insert_fork_points(conn, [fork], actor)
+        transcripts_db.insert_fork_points(conn, [fork], actor)
     return fork
 
 
@@ -118,8 +119,8 @@ def merge_fork(conn: psycopg.Connection, fork_session_id: str, parent_session_id
     if mode == "summarize" and writer is None:
         raise ForkError("merge --mode summarize needs a writer back end")
     with conn.transaction():
-        repository.lock_sessions(conn, [fork_session_id, parent_session_id])
-        fork = repository.fork_points(conn, [fork_session_id]).get(fork_session_id)
+        summaries_db.lock_sessions(conn, [fork_session_id, parent_session_id])
+        fork = transcripts_db.fork_points(conn, [fork_session_id]).get(fork_session_id)
         if fork is None or fork.parent_session_id != parent_session_id:
             parent = f"it forks {fork.parent_session_id}" if fork else "it is no fork"
             raise ForkError(f"{fork_session_id} cannot merge into {parent_session_id}: {parent}")
@@ -159,12 +160,12 @@ def merge_fork(conn: psycopg.Connection, fork_session_id: str, parent_session_id
             conn.execute(query("set_aside_messages"), {"merge_id": merge.id, "session_id": parent_session_id,
                                                        "first": later[0].seq, "last": later[-1].seq})
         written = tuple(_as_parent_turn(m, o, merge) for m, o in zip(turns, own))
-        repository.insert_messages(conn, written, f"merge-{merge.id}")
-        repository.refresh_sessions(conn, [parent_session_id])
+        transcripts_db.insert_messages(conn, written, f"merge-{merge.id}")
+        transcripts_db.refresh_sessions(conn, [parent_session_id])
         _clear_derived(conn, parent_session_id, min(m.seq for m in (*turns, *later)), merge.first_changed_day)
         if calls:
-            repository.insert_llm_calls(conn, [(c, merge.first_changed_day, parent_session_id) for c in calls],
-                                        run_id=f"merge-{merge.id}", asset="session_merges")
+            summaries_db.insert_llm_calls(conn, [(c, merge.first_changed_day, parent_session_id) for c in calls],
+                                          run_id=f"merge-{merge.id}", asset="session_merges")
     return MergeReport(merge, written, len(later), calls=calls)
 
 
@@ -173,7 +174,7 @@ def restore_merge(conn: psycopg.Connection, fork_session_id: str, parent_session
     """Undo the merge in force of a fork into its parent: the turns it wrote leave the
     parent, the turns it set aside come back; the parent is distilled again from the day."""
     with conn.transaction():
-        repository.lock_sessions(conn, [fork_session_id, parent_session_id])
+        summaries_db.lock_sessions(conn, [fork_session_id, parent_session_id])
         with conn.cursor(row_factory=dict_row) as cur:
             row = cur.execute(query("merge_in_force"), {"fork_session_id": fork_session_id,
                                                        "parent_session_id": parent_session_id}).fetchone()
@@ -184,7 +185,7 @@ def restore_merge(conn: psycopg.Connection, fork_session_id: str, parent_session
             "session_id": parent_session_id, "first": merge.parent_first_seq, "last": merge.parent_last_seq}).rowcount
         back = conn.execute(query("bring_back_messages"), {"merge_id": merge.id}).rowcount
         conn.execute(query("mark_merge_restored"), {"merge_id": merge.id, "restored_by": actor})
-        repository.refresh_sessions(conn, [parent_session_id])
+        transcripts_db.refresh_sessions(conn, [parent_session_id])
         first = min(s for s in (merge.parent_first_seq, merge.superseded_first_seq) if s is not None)
         _clear_derived(conn, parent_session_id, first, merge.first_changed_day)
     return RestoreReport(merge, removed, back)

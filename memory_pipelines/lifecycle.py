@@ -1,14 +1,14 @@
-"""The end of a memory's life: decay archival (and restore), forgetting on request, and
-export of knowledge entries as Markdown."""
+"""The end of a memory's life: the archive (rows moved in, listed, restored), what decay
+would do (`judge_decay`, by each user's clock: the decay stage, the API and search read it),
+forgetting on request, PII expiry and export of knowledge entries as Markdown. The decay
+stage itself (`stages/decay.py`) archives what `judge_decay` decides."""
 
 from __future__ import annotations
 
 import json
 import re
-import statistics
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -17,10 +17,11 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from memory_pipelines.db import repository
+from memory_pipelines.db import lifecycle as lifecycle_db
+from memory_pipelines.db import turns as turns_db
 from memory_pipelines.db.queries import query
 from memory_pipelines.config import DecaySettings
-from memory_pipelines.knowledge import DecayCandidate, DecayVerdict, Triple, plan_decay, superseded_by
+from memory_pipelines.core.knowledge_entries import DecayCandidate, DecayVerdict, Triple, plan_decay, superseded_by
 from memory_pipelines.pii import sanitize
 from memory_pipelines.shards import ALL_USERS, Shard
 
@@ -59,25 +60,9 @@ FORGET_STATEMENTS = (
 )
 
 
-@dataclass
-class DecayReport:
-    as_of: datetime | None = None
-    archived: Counter = field(default_factory=Counter)  # "table:reason" -> rows moved to the archive
-    kept: Counter = field(default_factory=Counter)  # "table:reason" -> rows decay considered and kept
-    scores: list[float] = field(default_factory=list)
-
-    def distribution(self) -> dict[str, float]:
-        if not self.scores:
-            return {}
-        ordered = sorted(self.scores)
-        return {"min": round(ordered[0], 4), "p25": round(ordered[len(ordered) // 4], 4),
-                "median": round(statistics.median(ordered), 4), "p75": round(ordered[3 * len(ordered) // 4], 4),
-                "max": round(ordered[-1], 4), "count": len(ordered)}
-
-
-def _archive(conn: psycopg.Connection, table: str, rows: list[dict], partition_key: str, run_id: str) -> None:
+def move_to_archive(conn: psycopg.Connection, table: str, rows: list[dict], partition_key: str, run_id: str) -> None:
     """Move `rows` of `table` (id, key, reason, score, as_of: the moment each was judged from)
-    to memory_archive."""
+    to memory_archive (the decay stage and PII expiry archive through it)."""
     if not rows:
         return
     ids = [r["id"] for r in rows]
@@ -88,15 +73,6 @@ def _archive(conn: psycopg.Connection, table: str, rows: list[dict], partition_k
     conn.execute(sql.SQL(query("archive_rows")).format(table=sql.Identifier(table)), {
         "table": table, "rows": Jsonb(rows), "partition_key": partition_key, "run_id": run_id})
     conn.execute(sql.SQL(query("delete_rows")).format(table=sql.Identifier(table)), {"ids": ids})
-
-
-def decay_as_of(conn: psycopg.Connection, window_end: datetime, shard: Shard = ALL_USERS) -> datetime | None:
-    """The shard's clock: the newest message of its users the pipeline has seen before the
-    window's end (conversation time, never the wall clock or a file's date), so a backfill
-    reproduces it and a shard never waits on another; None when nothing was ingested yet.
-    Each user's memory is judged by that user's own clock (`user_clocks`); this one serves
-    rows of no user and tells whether anything happened since."""
-    return conn.execute(query("newest_message_before"), {"before": window_end, **shard.params}).fetchone()[0]
 
 
 def user_clocks(conn: psycopg.Connection, user_ids: Sequence[str], before: datetime) -> dict[str, datetime]:
@@ -124,37 +100,10 @@ def judge_decay(conn: psycopg.Connection, as_of: datetime, settings: DecaySettin
                       pii_retention=timedelta(days=settings.pii_retention_days), clocks=clocks, run_id=run_id)
 
 
-def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id: str,
-          settings: DecaySettings = DecaySettings(), shard: Shard = ALL_USERS) -> DecayReport:
-    """Judge every knowledge entry and fact (of the shard's users) seen by `as_of`, each by
-    its user's clock (`knowledge.plan_decay`), and move to memory_archive what it archives
-    (never what this run stored), and error memories past their TTL."""
-    report = DecayReport(as_of=as_of)
-    verdicts = judge_decay(conn, as_of, settings, shard=shard, run_id=run_id)
-    for table in ("knowledge_entries", "memory_facts"):
-        moving = []
-        for v in verdicts:
-            if v.candidate.source_table != table:
-                continue
-            report.scores.append(v.score)
-            (report.archived if v.archived else report.kept)[f"{table}:{v.reason}"] += 1
-            if v.archived:
-                moving.append({"id": v.candidate.id, "key": v.candidate.key, "reason": v.reason,
-                               "score": round(v.score, 6), "as_of": v.as_of.isoformat()})
-        _archive(conn, table, moving, partition_key, run_id)
-    with conn.cursor(row_factory=dict_row) as cur:
-        expired = [{"id": r["id"], "key": r["key"], "reason": "ttl", "score": None, "as_of": r["as_of"].isoformat()}
-                   for r in cur.execute(query("expired_errors"), {"as_of": as_of, "run_id": run_id,
-                                                                  **shard.params}).fetchall()]
-    _archive(conn, "error_memory", expired, partition_key, run_id)
-    report.archived["error_memory:ttl"] += len(expired)
-    return report
-
-
 def restore(conn: psycopg.Connection, archive_id: int) -> list[tuple[str, int]]:
     """Put an archived row back where it was (with the hidden fact rows archived with it),
     counted as accessed now: decay keeps what someone brought back for its minimum age."""
-    restored = repository.restore_archived(conn, archive_id)
+    restored = lifecycle_db.restore_archived(conn, archive_id)
     if not restored:
         raise LookupError(f"no archived row {archive_id}")
     for table, source_id in restored:
@@ -236,7 +185,7 @@ def forget(conn: psycopg.Connection, user_id: str, session_id: str | None = None
     for statement, table in FORGET_STATEMENTS:
         removed[table] = removed.get(table, 0) + conn.execute(query(statement), params).rowcount
     conn.execute(query("record_forgotten"), {"user_id": user_id, "session_key": session_id or ""})
-    repository.refresh_turn_stats(conn, [user_id])  # what the user's remaining turns count
+    turns_db.refresh_turn_stats(conn, [user_id])  # what the user's remaining turns count
     return removed
 
 
@@ -293,5 +242,5 @@ def expire_pii_older_than(conn: psycopg.Connection, age: timedelta, as_of: datet
     """Archive (reason pii_retention) entries that held PII and were last seen before `as_of - age`."""
     old = [{"id": e["id"], "key": e["entry_key"], "reason": "pii_retention", "score": None, "as_of": as_of.isoformat()}
            for e in pii_entries(conn) if e["updated_at"] < as_of - age]
-    _archive(conn, "knowledge_entries", old, as_of.date().isoformat(), run_id)
+    move_to_archive(conn, "knowledge_entries", old, as_of.date().isoformat(), run_id)
     return len(old)

@@ -1,4 +1,4 @@
-"""The records passed between stages and the repository layer: frozen dataclasses of messages,
+"""The records passed between stages and the database layer: frozen dataclasses of messages,
 segments, summaries, facts, chunks and windows (no models here: those are in `llm` and `embed`)."""
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ class NoiseVerdict:
 
 @dataclass(frozen=True, slots=True)
 class TurnRow:
-    """One unit of the turn-level index: a message as search reads it (memory_pipelines.turns)."""
+    """One unit of the turn-level index: a message as search reads it (memory_pipelines.core.turn_index)."""
 
     session_id: str
     seq: int

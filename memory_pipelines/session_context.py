@@ -16,9 +16,11 @@ from datetime import UTC, datetime
 import psycopg
 
 from memory_pipelines.config import context_window
-from memory_pipelines.db import repository
-from memory_pipelines.db.repository import StoredFact
-from memory_pipelines.facts import render_fact
+from memory_pipelines.db import facts_chunks as facts_chunks_db
+from memory_pipelines.db import summaries as summaries_db
+from memory_pipelines.db import transcripts as transcripts_db
+from memory_pipelines.db.facts_chunks import StoredFact
+from memory_pipelines.core.fact_extraction import render_fact
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.records import ForkPoint, Message, Summary
 
@@ -82,10 +84,10 @@ def context_for(conn: psycopg.Connection, session_id: str, request: str | None =
     limit = context_window() if limit is None else limit
     if limit < 0:
         raise ValueError("limit must be >= 0")
-    messages = tuple(repository.last_messages(conn, session_id, limit)) if limit else ()
-    forks = tuple(ForkNote(fork, current) for fork, current in repository.forks_of(conn, session_id)) \
+    messages = tuple(summaries_db.last_messages(conn, session_id, limit)) if limit else ()
+    forks = tuple(ForkNote(fork, current) for fork, current in transcripts_db.forks_of(conn, session_id)) \
         if include_forks else ()
-    summary = repository.current_summary(conn, session_id)
+    summary = summaries_db.current_summary(conn, session_id)
     if summary is None or summary.is_empty:
         return SessionContext(session_id, messages, None, "no_summary", forks=forks)
     if decision is None or not request:
@@ -95,13 +97,13 @@ def context_for(conn: psycopg.Connection, session_id: str, request: str | None =
         kept, relevance = relevant, "filtered" if relevant is not None else "none_relevant"
     except ModelError as exc:
         call, kept, relevance = exc.call, summary, "decision_failed"
-    repository.insert_llm_calls(conn, [(call, None, session_id)], run_id=QUERY_RUN_ID, asset="query.context_for")
+    summaries_db.insert_llm_calls(conn, [(call, None, session_id)], run_id=QUERY_RUN_ID, asset="query.context_for")
     return SessionContext(session_id, messages, kept, relevance, call, forks)
 
 
 def user_facts(conn: psycopg.Connection, user_id: str, *, include_merged: bool = False) -> list[StoredFact]:
     """A user's facts. Rows merged into another (re-spelled keys) are hidden unless asked for."""
-    return repository.facts_for_user(conn, user_id, include_merged)
+    return facts_chunks_db.facts_for_user(conn, user_id, include_merged)
 
 
 def facts_prompt(conn: psycopg.Connection, user_id: str, now: datetime | None = None) -> str:

@@ -24,7 +24,7 @@ from memory_pipelines.ports import free_port  # noqa: F401 (tests import it from
 from memory_pipelines.records import TranscriptScan
 from memory_pipelines.sources import SourceSettings, open_source
 from memory_pipelines.sources.files import MemoryIndex
-from memory_pipelines.transcripts import day_of
+from memory_pipelines.core.transcript_scan import day_of
 
 
 ENTRY = Path(sys.executable).parent / "memory-pipelines"

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 from memory_pipelines.api.asgi import AccessLog, BodyLimit, bearer, note_key
 from memory_pipelines.api.service import RETRY_AFTER_SECONDS, ApiError, Caller, MemoryService
 from memory_pipelines.config import ApiSettings
-from memory_pipelines.facts import SOURCES
+from memory_pipelines.core.fact_extraction import SOURCES
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES
 
 log = logging.getLogger("memory_pipelines.api")

@@ -25,7 +25,7 @@ from pydantic import Field
 from memory_pipelines.api.asgi import ASGIApp, AccessLog, Receive, Scope, Send, bearer, note_key, send_error
 from memory_pipelines.api.service import ApiError, Caller, MemoryService, Unauthorized
 from memory_pipelines.config import ApiSettings, setting
-from memory_pipelines.facts import SOURCES
+from memory_pipelines.core.fact_extraction import SOURCES
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES
 
 log = logging.getLogger("memory_pipelines.api")

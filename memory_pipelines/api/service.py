@@ -25,13 +25,16 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines import graph, lineage
 from memory_pipelines.api.keys import ApiKey, authenticate
 from memory_pipelines.config import DecaySettings
-from memory_pipelines.db import repository
+from memory_pipelines.db import facts_chunks as facts_chunks_db
+from memory_pipelines.db import knowledge as knowledge_db
 from memory_pipelines.db.outage import DatabaseLost, ServerLog, connection_lost
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder
 from memory_pipelines.forks import ForkError, fork_session, merge_fork, restore_merge
-from memory_pipelines.facts import CONFIDENCE, DEFAULT_CONFIDENCE, SOURCES, FactCandidate, canonical_key, normalize_key
-from memory_pipelines.knowledge import DECAY_FORMULA, decay_terms, prepare
+from memory_pipelines.core.fact_extraction import (
+    CONFIDENCE, DEFAULT_CONFIDENCE, SOURCES, FactCandidate, canonical_key, normalize_key,
+)
+from memory_pipelines.core.knowledge_entries import DECAY_FORMULA, decay_terms, prepare
 from memory_pipelines.lifecycle import judge_decay, user_clocks
 from memory_pipelines.llm import ModelBackend, build_backend
 from memory_pipelines.llm.backends import render_transcript
@@ -41,7 +44,7 @@ from memory_pipelines.session_context import context_for
 from memory_pipelines.search import (
     SEARCH_MODES, AccessDenied, UnifiedMemorySearch, format_served, get_turns_by_score, recall, write_sketch,
 )
-from memory_pipelines.transcripts import hash_message
+from memory_pipelines.core.transcript_scan import hash_message
 
 log = logging.getLogger("memory_pipelines.api")
 
@@ -220,7 +223,7 @@ class MemoryService:
     def facts_categories(self, caller: Caller, *, user_id: str | None = None) -> dict:
         user = caller.one_user(user_id)
         with self._conn() as conn:
-            facts = repository.facts_for_user(conn, user)
+            facts = facts_chunks_db.facts_for_user(conn, user)
         categories: dict[str, int] = {}
         for f in facts:
             categories[f.category] = categories.get(f.category, 0) + 1
@@ -359,14 +362,14 @@ class MemoryService:
         def write(conn: psycopg.Connection, now: datetime) -> dict:
             if session_id is not None:
                 self._own_session(conn, caller, session_id)
-            repository.lock_users(conn, [user])  # the pipeline merges a user's fact families under it
+            facts_chunks_db.lock_users(conn, [user])  # the pipeline merges a user's fact families under it
             candidate = FactCandidate(category, key, canonical_key(key), value, source,
                                       confidence if confidence is not None else CONFIDENCE.get(source, DEFAULT_CONFIDENCE),
                                       source_context, now, 0, 0,
                                       now + timedelta(days=expires_days) if expires_days else None)
-            repository.upsert_facts(conn, [(user, candidate, {**caller.lineage(now),
-                                                              "session_id": session_id or f"api:key-{caller.key.id}"})])
-            [stored] = [f for f in repository.facts_for_user(conn, user, include_merged=True)
+            facts_chunks_db.upsert_facts(conn, [(user, candidate, {
+                **caller.lineage(now), "session_id": session_id or f"api:key-{caller.key.id}"})])
+            [stored] = [f for f in facts_chunks_db.facts_for_user(conn, user, include_merged=True)
                         if (f.category, f.key) == (category, key)]
             return {"saved": True, "fact": _jsonable(asdict(stored))}
 
@@ -382,8 +385,8 @@ class MemoryService:
             raise ApiError("name the fact's key")
 
         def write(conn: psycopg.Connection, now: datetime) -> dict:
-            repository.lock_users(conn, [user])
-            return {"deleted": repository.delete_fact(conn, user, key, category)}
+            facts_chunks_db.lock_users(conn, [user])
+            return {"deleted": facts_chunks_db.delete_fact(conn, user, key, category)}
 
         return self._write(caller, "forget_fact", {"user": user, "key": key, "category": category},
                            idempotency_key, write)
@@ -435,8 +438,8 @@ class MemoryService:
                       "model": f"{call.backend}/{call.model}", "stored": False}
             if conn is not None:
                 lineage_row = {**caller.lineage(now), "session_id": session}
-                repository.forge_knowledge(conn, [(e, lineage_row) for e in entries])
-                repository.forge_relations(conn, [(r, {**lineage_row, "user_id": user}) for r in relations])
+                knowledge_db.forge_knowledge(conn, [(e, lineage_row) for e in entries])
+                knowledge_db.forge_relations(conn, [(r, {**lineage_row, "user_id": user}) for r in relations])
                 answer["stored"] = True
             return answer
 

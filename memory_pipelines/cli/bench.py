@@ -17,8 +17,8 @@ from memory_pipelines.config import ConfigError
 def cmd_bench_distill(args: argparse.Namespace) -> int:
     if args.shards is not None:  # read when the assets' partitions are defined, on import
         os.environ["MEMORY_SHARDS"] = str(args.shards)
-    from assets.benchmarks import run_distill_benchmark
-    from memory_pipelines import bench
+    from assets.bench.distill import run_distill_benchmark
+    from memory_pipelines.bench.distill import distill_markdown
     from memory_pipelines.generator import GeneratorConfig
     from memory_pipelines.llm.pricing import bench_price_table, load_price_table
 
@@ -34,12 +34,12 @@ def cmd_bench_distill(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     result = run_distill_benchmark(config, cost=args.kind == "cost", echo=lambda line: print(line, file=sys.stderr),
                                    executor=args.executor)
-    print(json.dumps(result.to_json(prices), indent=2) if args.json else bench.distill_markdown(result, prices))
+    print(json.dumps(result.to_json(prices), indent=2) if args.json else distill_markdown(result, prices))
     return 0
 
 
 def cmd_bench_ingest(args: argparse.Namespace) -> int:
-    from assets.bench_ingest import ingest_markdown, run_ingest_benchmark
+    from assets.bench.ingest import ingest_markdown, run_ingest_benchmark
     from memory_pipelines.generator import DayFilesConfig
 
     try:
@@ -52,7 +52,7 @@ def cmd_bench_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_models(args: argparse.Namespace) -> int:
-    from memory_pipelines import bench_models
+    from memory_pipelines.bench import models as bench_models
     from memory_pipelines.llm import ModelConfig, build_backend
     from memory_pipelines.llm.probe import ModelServerUnreachable, model_server, probe
 
@@ -88,8 +88,8 @@ def cmd_bench_models(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_backfill(args: argparse.Namespace) -> int:
-    from assets.benchmarks import run_backfill_benchmark
-    from memory_pipelines import bench
+    from assets.bench.distill import run_backfill_benchmark
+    from memory_pipelines.bench.distill import backfill_markdown
 
     if not 1 <= args.short_days < args.long_days:
         raise UsageError(f"--short-days {args.short_days} must be at least 1 and below --long-days {args.long_days}")
@@ -98,14 +98,14 @@ def cmd_bench_backfill(args: argparse.Namespace) -> int:
                                         echo=lambda line: print(line, file=sys.stderr, flush=True))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    print(json.dumps(result.to_json(), indent=2) if args.json else bench.backfill_markdown(result))
+    print(json.dumps(result.to_json(), indent=2) if args.json else backfill_markdown(result))
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from memory_pipelines import bench
+    from memory_pipelines.bench import needles, retrieval
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.embed import build_embedder, embed_config
 
@@ -114,7 +114,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.needles:
             pool = get_pool(_connect_url(_settings()))
             with pool.connection() as conn:
-                scores = bench.retrieval(conn, embedder, k=args.k)
+                scores = needles.retrieval(conn, embedder, k=args.k)
             if not any(s.questions for s in scores):
                 raise CliError("no labelled question has a relevant chunk: run `memory-pipelines run` on the sample "
                                "first")
@@ -122,30 +122,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 print(json.dumps({"embedder": embedder.model_id, "k": args.k, "modes": [asdict(s) for s in scores]},
                                  indent=2))
             else:
-                print(bench.markdown(scores, args.k, embedder.model_id))
+                print(needles.markdown(scores, args.k, embedder.model_id))
             return 0
-        from assets.benchmarks import evidence_database
-        from memory_pipelines.evidence_set import load_questions
+        from assets.bench.distill import evidence_database
+        from memory_pipelines.bench.evidence_set import load_questions
 
         url, written = evidence_database(args.users, args.seed, embedder.model_id, rebuild=args.rebuild,
                                          echo=lambda line: print(line, file=sys.stderr, flush=True))
         questions = load_questions(written.questions)
-        rows = (*bench.EVIDENCE_ROWS, *bench.VARIANT_ROWS) if args.variants else bench.EVIDENCE_ROWS
+        rows = (*retrieval.EVIDENCE_ROWS, *retrieval.VARIANT_ROWS) if args.variants else retrieval.EVIDENCE_ROWS
         with get_pool(url).connection() as conn:
-            scores = bench.evidence_retrieval(conn, embedder, questions, rows=rows, k=args.k)
+            scores = retrieval.evidence_retrieval(conn, embedder, questions, rows=rows, k=args.k)
     finally:
         embedder.close()
     if args.json:
         print(json.dumps({"embedder": embedder.model_id, "k": args.k, "questions": len(questions),
                           "by_category": written.by_category, "rows": [asdict(s) for s in scores]}, indent=2))
     else:
-        print(bench.evidence_markdown(scores, args.k, embedder.model_id, len(questions)))
+        print(retrieval.evidence_markdown(scores, args.k, embedder.model_id, len(questions)))
     return 0
 
 
 def cmd_bench_search(args: argparse.Namespace) -> int:
-    from memory_pipelines.bench_search import report, timing
-    from memory_pipelines.bench_search.build import SearchBenchConfig
+    from memory_pipelines.bench.search import report, timing
+    from memory_pipelines.bench.search.build import SearchBenchConfig
     from memory_pipelines.embed import EmbedConfig, build_embedder, embed_config
 
     try:
@@ -165,7 +165,7 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:
-    from memory_pipelines import bench_serve
+    from memory_pipelines.bench import serve as bench_serve
 
     try:
         config = bench_serve.ServeBenchConfig(clients=args.clients, seconds=args.seconds, workers=args.workers,

@@ -71,7 +71,7 @@ def _workspace_args() -> list[str]:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from assets.runner import ensure_dagster_home
+    from assets.run.runner import ensure_dagster_home
 
     settings = _settings()
     # start the embedded server before Dagster's processes join it: its runs and events live there

@@ -22,14 +22,14 @@ def _quarantine_line(row) -> str:
 def cmd_quarantine(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from memory_pipelines.db import repository
+    from memory_pipelines.db import transcripts as transcripts_db
     from memory_pipelines.db.connection import get_pool
 
     open_rows, resolved = not args.resolved, args.resolved or args.all
     with get_pool(_connect_url(_settings())).connection() as conn:
-        rows = repository.quarantine_rows(conn, open_rows=open_rows, resolved=resolved, reason=args.reason,
-                                          limit=args.limit)
-        open_count, resolved_count = repository.quarantine_totals(conn, args.reason)
+        rows = transcripts_db.quarantine_rows(conn, open_rows=open_rows, resolved=resolved, reason=args.reason,
+                                              limit=args.limit)
+        open_count, resolved_count = transcripts_db.quarantine_totals(conn, args.reason)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], default=str, ensure_ascii=False, indent=2))
         return 0

@@ -62,7 +62,7 @@ def _quarantine_undated(source, url: str) -> tuple[str, str | None]:
     """Records no readable time dates, when nothing in the location has one: quarantined
     under the label `undated` (no partition is opened for them). Returns their reasons, and
     the first one's detail (a format no reader recognised says so there)."""
-    from memory_pipelines.db import repository
+    from memory_pipelines.db import transcripts as transcripts_db
     from memory_pipelines.db.connection import get_pool
 
     reasons: Counter = Counter()
@@ -71,7 +71,7 @@ def _quarantine_undated(source, url: str) -> tuple[str, str | None]:
     with get_pool(url).connection() as conn, conn.transaction():
         # in batches: a large location of undated records is never held whole
         while batch := list(islice(records, UNDATED_BATCH)):
-            repository.insert_quarantine(conn, batch, "undated", "cli")
+            transcripts_db.insert_quarantine(conn, batch, "undated", "cli")
             reasons.update(str(r.reason) for r in batch)
             first = first or next((f"{r.source_file}:{r.source_line}: {r.detail}" for r in batch), None)
     return _refused_summary(reasons), first
@@ -83,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from memory_pipelines.sources import SourceSettings, open_source
     from memory_pipelines.sources.base import TranscriptSourceError
     from memory_pipelines.sources.files import PostgresIndex
-    from memory_pipelines.transcripts import describe_skipped
+    from memory_pipelines.core.transcript_scan import describe_skipped
 
     if args.transcripts:
         location = args.transcripts
@@ -118,7 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from assets.partition_start import follow_run
 
     follow_run(found.first_day)  # a source the database has not indexed (a postgresql:// table) may start earlier
-    from assets.runner import (RunFailed, RunInterrupted, ensure_dagster_home, last_partition_day,
+    from assets.run.runner import (RunFailed, RunInterrupted, ensure_dagster_home, last_partition_day,
                                partition_keys_between, run_shards)
 
     today = last_partition_day()
@@ -137,7 +137,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--end {end} is before --start {start}")
     _probe_model_servers()
 
-    from memory_pipelines.db import repository
+    from memory_pipelines.db import schema as schema_db
+    from memory_pipelines.db import transcripts as transcripts_db
     from memory_pipelines.shards import ShardLayoutMismatch
 
     shards = _parse_shards(args.shards, settings.shards)
@@ -145,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         keys = partition_keys_between(start.isoformat(), end.isoformat())
         with pool.connection() as conn:  # before any run: every step would refuse it alike
-            repository.check_shard_layout(conn, settings.shards)
+            schema_db.check_shard_layout(conn, settings.shards)
     except (ValueError, ShardLayoutMismatch) as exc:
         raise UsageError(str(exc)) from None
     print(f"partitions:  {keys[0]} .. {keys[-1]} ({len(keys)} days)")
@@ -158,8 +159,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except RunInterrupted as exc:
         raise Interrupted(exc.signum) from exc
     with pool.connection() as conn:
-        counts = repository.row_counts(conn, repository.list_tables(conn))
-        refusals_open, refusals_resolved = repository.quarantine_totals(conn)
+        counts = transcripts_db.row_counts(conn, schema_db.list_tables(conn))
+        refusals_open, refusals_resolved = transcripts_db.quarantine_totals(conn)
     width = max(len(t) for t in counts)
     runs_label = f" x {len(runs)} shard(s)" if settings.shards > 1 else ""
     print(f"done: {len(keys)} partition(s){runs_label} in {time.perf_counter() - started:.1f}s")
@@ -196,10 +197,10 @@ def _parse_shards(text: str | None, count: int) -> list[int]:
 
 
 def cmd_reshard(args: argparse.Namespace) -> int:
-    from memory_pipelines.db import repository
+    from memory_pipelines.db import schema as schema_db
     from memory_pipelines.db.connection import get_pool
 
-    from assets.runner import ensure_dagster_home, runs_in_progress
+    from assets.run.runner import ensure_dagster_home, runs_in_progress
 
     settings = _settings()
     url = _connect_url(settings)
@@ -212,7 +213,7 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     if busy:
         print(f"--force: {len(busy)} run(s) shown as in progress ({', '.join(busy[:3])}) taken for dead")
     with get_pool(url).connection() as conn:
-        before = repository.change_shard_layout(conn, args.shards)
+        before = schema_db.change_shard_layout(conn, args.shards)
     print(f"shards: {before if before is not None else 'none recorded'} -> {args.shards}")
     if args.shards != settings.shards:
         print(f"set MEMORY_SHARDS={args.shards} for every process of the deployment (runs refuse another count)")

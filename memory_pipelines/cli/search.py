@@ -122,18 +122,18 @@ def _print_tree(title: str, nodes, depth: int | None) -> None:
 
 
 def cmd_tree_show(args: argparse.Namespace) -> int:
-    from memory_pipelines.db import repository
+    from memory_pipelines.db import tree as tree_db
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.db.queries import query
 
-    from memory_pipelines.tree import entity_tree_key
+    from memory_pipelines.core.temporal_tree import entity_tree_key
 
     if args.depth is not None and args.depth < 1:
         raise UsageError(f"--depth must be at least 1, not {args.depth}")
     with get_pool(_connect_url(_settings())).connection() as conn:
         _require_user(conn, args.user)
         if args.entity is not None:
-            nodes = repository.tree_nodes(conn, args.user, "entity", entity_tree_key(args.user, args.entity))
+            nodes = tree_db.tree_nodes(conn, args.user, "entity", entity_tree_key(args.user, args.entity))
             if not nodes:
                 known = [r[0] for r in conn.execute(query("user_entity_trees"), {"user_ids": [args.user]})]
                 names = ", ".join(k.removeprefix(f"{args.user}:") for k in sorted(known)[:10]) or "none yet"
@@ -148,8 +148,8 @@ def cmd_tree_show(args: argparse.Namespace) -> int:
             scene = None
         else:
             sessions = [r[0] for r in conn.execute(query("user_session_trees"), {"user_id": args.user})]
-            scene = repository.tree_nodes(conn, args.user, "scene", args.user)
-        trees = {s: repository.tree_nodes(conn, args.user, "session", s) for s in sessions}
+            scene = tree_db.tree_nodes(conn, args.user, "scene", args.user)
+        trees = {s: tree_db.tree_nodes(conn, args.user, "session", s) for s in sessions}
     if not any(trees.values()) and not scene:
         raise CliError(f"no tree of {args.session or args.user!r} yet: its chunks are grown into trees by "
                        "`memory-pipelines run` (asset memory_tree) once a session has chunks")

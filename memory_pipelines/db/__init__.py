@@ -1,1 +1,2 @@
-"""PostgreSQL access: the embedded server, migrations, the pool and the repository layer."""
+"""PostgreSQL access: the embedded server, migrations, the pool, and the table reads and writes
+beside their named queries (`db/<area>.py` runs those of `sql/queries/<area>.sql`)."""

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 
 import psycopg
 
-from memory_pipelines.chunks import CHUNK_MAX_CHARS, CHUNK_MESSAGE_MAX_CHARS
-from memory_pipelines.db import repository
-from memory_pipelines.knowledge import CONSENT, KINDS, SCOPES
+from memory_pipelines.core.chunk_packing import CHUNK_MAX_CHARS, CHUNK_MESSAGE_MAX_CHARS
+from memory_pipelines.db import checks as checks_db
+from memory_pipelines.core.knowledge_entries import CONSENT, KINDS, SCOPES
 from memory_pipelines.records import (
     MAX_KEY_DECISIONS, MAX_KEYS, MAX_PAST_DISCUSSIONS, ROLES, SUMMARY_FIELDS, QuarantineReason,
 )
 from memory_pipelines.quality_gates.expectations import FrameValidation, QualityResult
 from memory_pipelines.rules.noise import DROP_THRESHOLD
 from memory_pipelines.rules.text import TEXT_SEARCH_CONFIGS
-from memory_pipelines.turns import INDEXED_ROLES
+from memory_pipelines.core.turn_index import INDEXED_ROLES
 
 
 @dataclass(frozen=True)
@@ -252,7 +252,7 @@ def run_checks(conn: psycopg.Connection, checks: Sequence[QualityCheck],
         by_query.setdefault(check.rows, []).append(index)
     for rows_query, indexes in by_query.items():
         columns = frame_columns([checks[i] for i in indexes])
-        for frame in repository.check_frames(conn, rows_query, params, columns, CHECK_FRAME_ROWS):
+        for frame in checks_db.check_frames(conn, rows_query, params, columns, CHECK_FRAME_ROWS):
             for i in indexes:
                 where = checks[i].rows_where
                 validations[i].add(frame[frame[where]] if where is not None and not frame.empty else frame)

@@ -5,7 +5,7 @@ Every search is scoped to one user; reading across users needs `admin=True`.
 
 Modules: `hits` (hits and what a search served), `terms` (the query as terms and tsquery),
 `base` (scoping, the query vector, statements in one round trip), a module per store
-(`facts`, `chunks`, `passages`, `archive`, `sketches` with sketch writes, `knowledge` with
+(`facts`, `chunks`, `passages`, `archive`, `sketches` with sketch writes, `entries` (knowledge entries) with
 the error memory), `fusion` (reciprocal rank fusion), `freshness` (outdated excerpts),
 `unified` (`MemorySearch` and `UnifiedMemorySearch`: every store in tiers within a budget),
 `render` (the tool output), `decay` (decay-scored turns), `auto_recall` (automatic recall and

@@ -10,9 +10,9 @@ from psycopg.rows import dict_row
 
 from memory_pipelines.config import DecaySettings
 from memory_pipelines.db.queries import query
-from memory_pipelines.knowledge import DECAY_FORMULA
+from memory_pipelines.core.knowledge_entries import DECAY_FORMULA
 from memory_pipelines.lifecycle import user_clocks
-from memory_pipelines.turns import Citation, ScoredTurn, TurnCandidate, score_turns
+from memory_pipelines.core.turn_index import Citation, ScoredTurn, TurnCandidate, score_turns
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from memory_pipelines.facts import canonical_key
-from memory_pipelines.knowledge import Triple, overriding
+from memory_pipelines.core.fact_extraction import canonical_key
+from memory_pipelines.core.knowledge_entries import Triple, overriding
 from memory_pipelines.search.hits import MemoryHit
 
 
@@ -16,8 +16,8 @@ def outdated_by(hit: MemoryHit, items: Sequence[dict], closed: Sequence[dict], c
     fact item of a turn it holds whose fact (the same key) now holds another value, seen
     after the excerpt; a graph statement of its turns another closed (the same subject and
     relation); or a closed graph statement its text states (subject and old object, as a
-    knowledge entry is judged: `knowledge.superseded_by`). An excerpt that names the newer
-    value itself states the change: current. None when nothing it said was replaced
+    knowledge entry is judged: `core.knowledge_entries.superseded_by`). An excerpt that
+    names the newer value itself states the change: current. None when nothing it said was replaced
     (sharing words with a newer fact is not enough: a fact of another subject from the same
     session does not date it)."""
     if hit.timestamp is None:

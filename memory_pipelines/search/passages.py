@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from memory_pipelines.db import repository
+from memory_pipelines.db import transcripts as transcripts_db
+from memory_pipelines.db import tree as tree_db
 from memory_pipelines.passages import TurnSearch, search_passages
 from memory_pipelines.rules.text import clip
 from memory_pipelines.search.base import AccessDenied, SearchBase
 from memory_pipelines.search.hits import MemoryHit, passage_hit
 from memory_pipelines.search.terms import MAX_QUERY_CHARS, query_terms
-from memory_pipelines.tree import FOREST_BEAM, descend
+from memory_pipelines.core.temporal_tree import FOREST_BEAM, descend
 
 # the turn index's passages forest recall scores the nodes by and serves from
 FOREST_CANDIDATES = 40
@@ -36,12 +37,12 @@ class PassageSearch(SearchBase):
         hits = [passage_hit(p) for p in passages]
         if not hits or not (include_forks or session_id is not None):
             return hits  # no fork's turn can be among them: no lookup
-        forks = repository.fork_points(self.conn, sorted({h.session_id for h in hits}))
+        forks = transcripts_db.fork_points(self.conn, sorted({h.session_id for h in hits}))
         return [replace(h, fork=forks[h.session_id]) if h.session_id in forks else h for h in hits]
 
     def search_forest(self, text: str, user_id: str, limit: int = 5, how: TurnSearch = TurnSearch(),
                       beam: int = FOREST_BEAM) -> list[MemoryHit]:
-        """Forest recall (memory_pipelines.tree.descend): the query matched against the
+        """Forest recall (memory_pipelines.core.temporal_tree.descend): the query matched against the
         user's scene tree top down (a node by the best of the turn index's hits among its
         turns and the query words its summary holds), the best children kept level by level
         into session trees down to chunk leaves; the passages served are those hits inside
@@ -54,7 +55,7 @@ class PassageSearch(SearchBase):
         by_session: dict[str, list[tuple[int, float]]] = {}
         for hit in candidates:
             by_session.setdefault(hit.session_id, []).append((hit.best_seq, hit.score / top))
-        paths = descend(repository.user_tree_nodes(self.conn, user_id), set(query_terms(text)), beam, by_session)
+        paths = descend(tree_db.user_tree_nodes(self.conn, user_id), set(query_terms(text)), beam, by_session)
         hits, taken = [], set()
         for path in paths:
             [span] = path[-1].spans

@@ -9,8 +9,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from memory_pipelines.db.queries import query
-from memory_pipelines.facts import canonical_key
-from memory_pipelines.knowledge import Triple
+from memory_pipelines.core.fact_extraction import canonical_key
+from memory_pipelines.core.knowledge_entries import Triple
 from memory_pipelines.passages import Budget, fill_passages
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
 from memory_pipelines.search.archive import ArchiveSearch
@@ -19,7 +19,7 @@ from memory_pipelines.search.chunks import ChunkSearch
 from memory_pipelines.search.facts import FactSearch
 from memory_pipelines.search.freshness import outdated_by
 from memory_pipelines.search.hits import MemoryHit, ServedMemory
-from memory_pipelines.search.knowledge import KnowledgeSearch, _entry_hit
+from memory_pipelines.search.entries import KnowledgeSearch, _entry_hit
 from memory_pipelines.search.passages import PassageSearch
 from memory_pipelines.search.sketches import SketchSearch
 from memory_pipelines.timeexpr import TimeRange, time_range

@@ -25,14 +25,14 @@ from typing import Protocol
 import duckdb
 
 from memory_pipelines.config import SPECS
-from memory_pipelines.db import repository
+from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.db.queries import query
 from memory_pipelines.formats import FormatOptions, RawRecord, decode_records, detect_format
 from memory_pipelines.records import QuarantinedRecord, QuarantineReason, TimeWindow, TranscriptScan
 from memory_pipelines.sources.base import (
     Changes, Inventory, Listing, ObjectStore, ScanPlan, SourceObject, UnreadableObject,
 )
-from memory_pipelines.transcripts import (
+from memory_pipelines.core.transcript_scan import (
     DAY_US, SourcedRecords, day_of, day_window, is_skipped_event, raw_table, row_to_result, scan_of, to_us, validate,
 )
 
@@ -109,19 +109,19 @@ class PostgresIndex:
 
     def load(self, location: str) -> dict[str, IndexEntry]:
         with self._pool.connection() as conn:
-            rows = repository.transcript_objects(conn, location)
+            rows = transcripts_db.transcript_objects(conn, location)
         return {row[0]: IndexEntry(*row[:9], tuple(row[9])) for row in rows}
 
     def save(self, location: str, entries: Sequence[IndexEntry]) -> None:
         if entries:
             with self._pool.connection() as conn, conn.transaction():
-                repository.save_transcript_objects(conn, location, [{**asdict(e), "days": list(e.days)}
-                                                                    for e in entries])
+                transcripts_db.save_transcript_objects(conn, location, [{**asdict(e), "days": list(e.days)}
+                                                                        for e in entries])
 
     def delete(self, location: str, names: Sequence[str]) -> None:
         if names:
             with self._pool.connection() as conn:
-                repository.delete_transcript_objects(conn, location, names)
+                transcripts_db.delete_transcript_objects(conn, location, names)
 
 
 PROCESS_INDEX = MemoryIndex()

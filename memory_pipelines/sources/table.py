@@ -24,7 +24,7 @@ from memory_pipelines.db.queries import query
 from memory_pipelines.formats import CANONICAL_FIELDS, RawRecord
 from memory_pipelines.records import QuarantinedRecord, TimeWindow, TranscriptScan
 from memory_pipelines.sources.base import Changes, Inventory, ScanPlan, TranscriptSourceError
-from memory_pipelines.transcripts import (
+from memory_pipelines.core.transcript_scan import (
     EPOCH, SourcedRecords, day_of, day_window, raw_table, row_to_result, scan_of, to_us, validate,
 )
 

@@ -9,9 +9,11 @@ from datetime import timedelta
 
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.chunks import PACKER_VERSION, chunk_breadcrumbs, pack_chunks
+from memory_pipelines.core.chunk_packing import PACKER_VERSION, chunk_breadcrumbs, pack_chunks
 from memory_pipelines.config import SPECS
-from memory_pipelines.db import repository
+from memory_pipelines.db import facts_chunks as facts_chunks_db
+from memory_pipelines.db import knowledge as knowledge_db
+from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.records import TimeWindow, shallow_fields
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
 
@@ -40,18 +42,18 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     for key, day in window.days(ASSET, only=window.active_days(pool, settings.stale_after)):
         with pool.connection() as conn, conn.transaction():
             # sessions active in the day, or gone stale early in it
-            session_ids = list(dict.fromkeys(s for s, _ in repository.sessions_in_window(
+            session_ids = list(dict.fromkeys(s for s, _ in summaries_db.sessions_in_window(
                 conn, TimeWindow(day.start - settings.stale_after, day.end), window.shard)))
-            repository.lock_sessions(conn, session_ids)
-            states = repository.chunk_window_states(conn, session_ids, day.end, settings.window)
-            pending = repository.chunk_pending_messages(conn, states, day.end)
+            summaries_db.lock_sessions(conn, session_ids)
+            states = facts_chunks_db.chunk_window_states(conn, session_ids, day.end, settings.window)
+            pending = facts_chunks_db.chunk_pending_messages(conn, states, day.end)
             packed = {}
             for state in states:
                 stale = state.last_ts is not None and state.last_ts < day.end - settings.stale_after
                 chunks = pack_chunks(pending.get(state.session_id, []), state.eligible, stale)
                 if chunks:
                     packed[state.session_id] = chunks
-            summaries = repository.summaries_as_of_sessions(conn, list(packed), key)
+            summaries = knowledge_db.summaries_as_of_sessions(conn, list(packed), key)
             rows = []
             for session_id, chunks in packed.items():
                 version, summary = summaries.get(session_id, (None, None))
@@ -62,7 +64,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
                           "model": "chunker", "prompt_version": PACKER_VERSION} for c in chunks]
                 report.sessions.add(session_id)
                 counts.messages_chunked += sum(c.message_count for c in chunks)
-            counts.chunks_written += repository.insert_chunks(conn, rows)
+            counts.chunks_written += facts_chunks_db.insert_chunks(conn, rows)
             report.preview.extend({"session": r["session_id"], "seqs": f"{r['start_seq']}-{r['end_seq']}",
                                    "chars": len(r["content"]), "breadcrumbs": ", ".join(r["breadcrumbs"][:6]),
                                    "content": r["content"]} for r in rows)

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from time import monotonic
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.db import repository
+from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.embed import Embedder
 from memory_pipelines.llm.backends import ModelBackend, ModelCall
 from memory_pipelines.records import Message, TimeWindow
@@ -99,7 +99,7 @@ class Window:
         day began goes stale: a day outside them has no work for a stage whose work is the
         day's messages (and sessions gone stale in it)."""
         with pool.connection() as conn:
-            return repository.active_days(conn, self.span, reach, self.shard)
+            return summaries_db.active_days(conn, self.span, reach, self.shard)
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class CallContext:
 
     def record_all(self, conn: psycopg.Connection, made: Sequence[tuple[ModelCall, str | None, str | None]]) -> None:
         """Calls of several sessions at once: (call, partition key, session id) each."""
-        repository.insert_llm_calls(conn, made, run_id=self.run_id, asset=self.asset)
+        summaries_db.insert_llm_calls(conn, made, run_id=self.run_id, asset=self.asset)
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,13 @@ class Counts:
     def metadata(self) -> dict[str, Any]:
         return {f.name: dict(sorted(v.items())) if isinstance(v := getattr(self, f.name), Counter) else v
                 for f in fields(self)}
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> Self:
+        """The counts `metadata()` gave, back from a materialization's metadata values by
+        the field names (other keys left alone); a Counter field's value a Counter again."""
+        return cls(**{f.name: Counter(metadata[f.name]) if f.default_factory is Counter else metadata[f.name]
+                      for f in fields(cls)})
 
     def headline(self) -> str:
         """The non-zero numbers, for a log line."""
@@ -208,8 +215,8 @@ class StageReport(Generic[C]):
             self.extra_previews.setdefault(name, []).extend(rows)
 
 
-def chunk_spans(chunks: Sequence[repository.DistilledChunk], messages: Sequence[Message]
-                ) -> list[tuple[repository.DistilledChunk, list[Message]]]:
+def chunk_spans(chunks: Sequence[summaries_db.DistilledChunk], messages: Sequence[Message]
+                ) -> list[tuple[summaries_db.DistilledChunk, list[Message]]]:
     """Each chunk with its messages (a session's, by seq): those in its seq span."""
     seqs = [m.seq for m in messages]
     return [(c, list(messages[bisect_left(seqs, c.first_seq):bisect_right(seqs, c.last_seq)])) for c in chunks]

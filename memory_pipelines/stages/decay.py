@@ -4,13 +4,19 @@ its end (conversation time), in order. What may be archived at all is `DecaySett
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 
+import psycopg
+from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.config import DecaySettings
-from memory_pipelines.lifecycle import decay, decay_as_of
+from memory_pipelines.db.queries import query
+from memory_pipelines.lifecycle import judge_decay, move_to_archive
+from memory_pipelines.shards import ALL_USERS, Shard
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
 
 ASSET = "memory_decay"
@@ -23,6 +29,59 @@ class DecayCounts(Counts):
     archived_by_reason: Counter = field(default_factory=Counter)  # "table:reason" -> rows archived
     kept_by_reason: Counter = field(default_factory=Counter)  # "table:reason" -> rows considered and kept
     score_distribution: dict[str, float] = field(default_factory=dict)  # of the last day judged
+
+
+@dataclass
+class DecayReport:
+    as_of: datetime | None = None
+    archived: Counter = field(default_factory=Counter)  # "table:reason" -> rows moved to the archive
+    kept: Counter = field(default_factory=Counter)  # "table:reason" -> rows decay considered and kept
+    scores: list[float] = field(default_factory=list)
+
+    def distribution(self) -> dict[str, float]:
+        if not self.scores:
+            return {}
+        ordered = sorted(self.scores)
+        return {"min": round(ordered[0], 4), "p25": round(ordered[len(ordered) // 4], 4),
+                "median": round(statistics.median(ordered), 4), "p75": round(ordered[3 * len(ordered) // 4], 4),
+                "max": round(ordered[-1], 4), "count": len(ordered)}
+
+
+def decay_as_of(conn: psycopg.Connection, window_end: datetime, shard: Shard = ALL_USERS) -> datetime | None:
+    """The shard's clock: the newest message of its users the pipeline has seen before the
+    window's end (conversation time, never the wall clock or a file's date), so a backfill
+    reproduces it and a shard never waits on another; None when nothing was ingested yet.
+    Each user's memory is judged by that user's own clock (`lifecycle.user_clocks`); this one serves
+    rows of no user and tells whether anything happened since."""
+    return conn.execute(query("newest_message_before"), {"before": window_end, **shard.params}).fetchone()[0]
+
+
+def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id: str,
+          settings: DecaySettings = DecaySettings(), shard: Shard = ALL_USERS) -> DecayReport:
+    """Judge every knowledge entry and fact (of the shard's users) seen by `as_of`, each by
+    its user's clock (`lifecycle.judge_decay`, `core.knowledge_entries.plan_decay`), and move
+    to memory_archive what it archives (never what this run stored), and error memories past
+    their TTL."""
+    report = DecayReport(as_of=as_of)
+    verdicts = judge_decay(conn, as_of, settings, shard=shard, run_id=run_id)
+    for table in ("knowledge_entries", "memory_facts"):
+        moving = []
+        for v in verdicts:
+            if v.candidate.source_table != table:
+                continue
+            report.scores.append(v.score)
+            (report.archived if v.archived else report.kept)[f"{table}:{v.reason}"] += 1
+            if v.archived:
+                moving.append({"id": v.candidate.id, "key": v.candidate.key, "reason": v.reason,
+                               "score": round(v.score, 6), "as_of": v.as_of.isoformat()})
+        move_to_archive(conn, table, moving, partition_key, run_id)
+    with conn.cursor(row_factory=dict_row) as cur:
+        expired = [{"id": r["id"], "key": r["key"], "reason": "ttl", "score": None, "as_of": r["as_of"].isoformat()}
+                   for r in cur.execute(query("expired_errors"), {"as_of": as_of, "run_id": run_id,
+                                                                  **shard.params}).fetchall()]
+    move_to_archive(conn, "error_memory", expired, partition_key, run_id)
+    report.archived["error_memory:ttl"] += len(expired)
+    return report
 
 
 def run(pool: ConnectionPool, window: Window, settings: DecaySettings,

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.db import repository
+from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db.queries import query
-from memory_pipelines.knowledge import ERROR_TTL, resolved_errors
+from memory_pipelines.core.knowledge_entries import ERROR_TTL, resolved_errors
 from memory_pipelines.records import shallow_fields
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
 
@@ -29,7 +29,7 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
             rows = []
             session_ids = [r[0] for r in conn.execute(query("window_tool_sessions"),
                                                       {"start": day.start, "end": day.end, **window.shard.params})]
-            for session_id, messages in repository.sessions_messages(conn, session_ids, day.end).items():
+            for session_id, messages in facts_chunks_db.sessions_messages(conn, session_ids, day.end).items():
                 for fix in resolved_errors(messages):
                     rows.append({**shallow_fields(fix), "user_id": messages[0].user_id, "session_id": session_id,
                                  "expires_at": fix.observed_at + ERROR_TTL, "partition_key": key,

@@ -12,8 +12,10 @@ from datetime import datetime, timedelta
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.config import SPECS
-from memory_pipelines.db import repository
-from memory_pipelines.facts import facts_fingerprint, validate_items
+from memory_pipelines.db import facts_chunks as facts_chunks_db
+from memory_pipelines.db import lifecycle as lifecycle_db
+from memory_pipelines.db import summaries as summaries_db
+from memory_pipelines.core.fact_extraction import facts_fingerprint, validate_items
 from memory_pipelines.llm.backends import ModelBackend, ModelError
 from memory_pipelines.llm.prompts import SUMMARIZE_FACTS
 from memory_pipelines.stages.common import (
@@ -52,9 +54,9 @@ def refresh_memory_summaries(pool: ConnectionPool, user_ids: Sequence[str], writ
     report = _report()
     for batch in session_batches(sorted(user_ids), writer, concurrency):
         with pool.connection() as conn, conn.transaction():
-            repository.lock_users(conn, batch)
-            facts = repository.visible_facts_of_users(conn, batch)
-            written_from = repository.memory_summary_hashes(conn, batch)
+            facts_chunks_db.lock_users(conn, batch)
+            facts = facts_chunks_db.visible_facts_of_users(conn, batch)
+            written_from = facts_chunks_db.memory_summary_hashes(conn, batch)
             digests = {u: facts_fingerprint(user_facts) for u, user_facts in facts.items()}
             due = [(u, facts[u], digests[u]) for u in batch if u in facts and written_from.get(u) != digests[u]]
 
@@ -73,13 +75,13 @@ def refresh_memory_summaries(pool: ConnectionPool, user_ids: Sequence[str], writ
                     if error is not None:
                         report.failures.append(StageFailure(None, None, str(error), call.budget_reached, user_id))
                         continue
-                    repository.upsert_memory_summary(conn, user_id, content, len(user_facts), digest, writer.model,
-                                                     writer.prompt_version(SUMMARIZE_FACTS), ctx.run_id)
+                    facts_chunks_db.upsert_memory_summary(conn, user_id, content, len(user_facts), digest, writer.model,
+                                                          writer.prompt_version(SUMMARIZE_FACTS), ctx.run_id)
                     report.counts.memory_summaries_written += 1
     return report
 
 
-def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession], key: str, end: datetime,
+def _extract_batch(pool: ConnectionPool, batch: Sequence[facts_chunks_db.DueSession], key: str, end: datetime,
                    ctx: CallContext) -> StageReport[FactCounts]:
     """One transaction for a batch of due sessions: lock them, read the facts their summaries'
     distillation calls wrote (through the day) with the messages those read, validate them
@@ -89,17 +91,17 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
     counts = report.counts
     ids = [s.session_id for s in batch]
     with pool.connection() as conn, conn.transaction():
-        repository.lock_sessions(conn, ids)
-        judging_failed = repository.sessions_judging_failed(conn, ids, key)
+        summaries_db.lock_sessions(conn, ids)
+        judging_failed = facts_chunks_db.sessions_judging_failed(conn, ids, key)
         for session_id in sorted(judging_failed):
             # its noise is not known yet: facts taken from noise now would stay for good
             report.failures.append(StageFailure(session_id, None, "noise judging failed, extraction left due"))
-        short = repository.sessions_summarized_short(conn, [i for i in ids if i not in judging_failed], key, end)
+        short = facts_chunks_db.sessions_summarized_short(conn, [i for i in ids if i not in judging_failed], key, end)
         for session_id, (cursor_seq, last_reply) in sorted(short.items()):
             report.failures.append(StageFailure(session_id, None, (
                 f"its summary reaches seq {cursor_seq if cursor_seq is not None else 'none'}, not its last reply "
                 f"(seq {last_reply}): extraction left due until session_summaries has run for {key}")))
-        undistilled = repository.sessions_with_undistilled_chunks(conn, ids, key)
+        undistilled = facts_chunks_db.sessions_with_undistilled_chunks(conn, ids, key)
         for session_id, day in sorted(undistilled.items()):
             # summarized by an earlier version, whose chunks kept no facts: their turns would be lost
             report.failures.append(StageFailure(session_id, None, (
@@ -108,10 +110,10 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
         waiting = set(judging_failed) | set(short) | set(undistilled)
         counts.sessions_failed += len(waiting)
         ready = [s for s in batch if s.session_id not in waiting]
-        chunks = repository.distilled_chunks(conn, [s.session_id for s in ready], through=key)
-        messages = repository.chunks_kept_messages(conn, [c for found in chunks.values() for c in found])
-        repository.lock_users(conn, [s.user_id for s in ready])
-        archived_keys = repository.archived_fact_keys(conn, [s.user_id for s in ready])
+        chunks = summaries_db.distilled_chunks(conn, [s.session_id for s in ready], through=key)
+        messages = summaries_db.chunks_kept_messages(conn, [c for found in chunks.values() for c in found])
+        facts_chunks_db.lock_users(conn, [s.user_id for s in ready])
+        archived_keys = lifecycle_db.archived_fact_keys(conn, [s.user_id for s in ready])
         extracted, observed = [], []
         # nothing below waits on an answer (but a re-observed archived key): sent in one round trip
         with conn.pipeline():
@@ -125,7 +127,7 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
                                "model": chunk.model, "prompt_version": chunk.prompt_version, "call_id": chunk.call_id}
                     accepted, rejected = validate_items(chunk.memory_items.get("facts", []), kept)
                     observed.extend((session.user_id, c, lineage) for c in accepted)
-                    repository.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
+                    facts_chunks_db.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
                     accepted_count += len(accepted)
                     rejected_count += len(rejected)
                     report.preview.extend({"session": session.session_id, "category": c.category, "key": c.key,
@@ -137,8 +139,8 @@ def _extract_batch(pool: ConnectionPool, batch: Sequence[repository.DueSession],
                 counts.facts_rejected += rejected_count
                 report.users.add(session.user_id)
                 report.sessions.add(session.session_id)
-            repository.upsert_facts(conn, observed, archived_keys)
-            repository.mark_sessions_extracted(conn, extracted, end, key, ctx.run_id)
+            facts_chunks_db.upsert_facts(conn, observed, archived_keys)
+            facts_chunks_db.mark_sessions_extracted(conn, extracted, end, key, ctx.run_id)
     return report
 
 
@@ -158,15 +160,15 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
         if key not in active and not retry:
             continue
         with pool.connection() as conn:
-            due = repository.sessions_due_for_extraction(conn, day.end, day.end - settings.stale_after,
-                                                           window.shard)
+            due = facts_chunks_db.sessions_due_for_extraction(conn, day.end, day.end - settings.stale_after,
+                                                              window.shard)
         extracted = _report()
         for batch in session_batches(due):
             extracted.merge(_extract_batch(pool, batch, key, day.end, ctx))
         report.merge(extracted)
         retry = bool(extracted.failures)
     with pool.connection() as conn:
-        outdated = repository.users_with_outdated_memory_summary(conn, window.shard)
+        outdated = facts_chunks_db.users_with_outdated_memory_summary(conn, window.shard)
     report.merge(refresh_memory_summaries(pool, sorted(report.users | set(outdated)), backends.writer, ctx,
                                           window.last, settings.concurrency))
     report.counts.users_touched = len(report.users)

@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.db import repository
-from memory_pipelines.knowledge import EntryCandidate, RelationCandidate, prepare
+from memory_pipelines.db import knowledge as knowledge_db
+from memory_pipelines.db import summaries as summaries_db
+from memory_pipelines.core.knowledge_entries import EntryCandidate, RelationCandidate, prepare
 from memory_pipelines.stages.common import (
     Backends, CallContext, Counts, StageReport, Window, chunk_spans, session_batches,
 )
@@ -38,7 +39,7 @@ class KnowledgeCounts(Counts):
     session_days_unchanged: int = 0
 
 
-def synthesis_fingerprint(chunks: Sequence[repository.DistilledChunk], settings: Settings) -> str:
+def synthesis_fingerprint(chunks: Sequence[summaries_db.DistilledChunk], settings: Settings) -> str:
     """What a session-day's entries follow from: the day's chunk versions (each fingerprint
     chains everything its distillation read, model and prompt included) and the settings that
     shape the entries."""
@@ -46,7 +47,7 @@ def synthesis_fingerprint(chunks: Sequence[repository.DistilledChunk], settings:
                                      sort_keys=True).encode()).hexdigest()
 
 
-def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[repository.DistilledChunk]]], key: str,
+def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[summaries_db.DistilledChunk]]], key: str,
                  ctx: CallContext, settings: Settings) -> StageReport[KnowledgeCounts]:
     """One transaction for a batch of a day's sessions: lock them, read their stored
     fingerprints and the messages their chunks read in one query each, validate the changed
@@ -55,8 +56,8 @@ def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[repositor
     counts = report.counts
     ids = [session_id for session_id, _ in batch]
     with pool.connection() as conn, conn.transaction():
-        repository.lock_sessions(conn, ids)
-        stored = repository.knowledge_source_fingerprints(conn, ids, key)
+        summaries_db.lock_sessions(conn, ids)
+        stored = knowledge_db.knowledge_source_fingerprints(conn, ids, key)
         pending = []
         for session_id, chunks in batch:
             fingerprint = synthesis_fingerprint(chunks, settings)
@@ -64,7 +65,7 @@ def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[repositor
                 counts.session_days_unchanged += 1  # these chunks were forged already
             else:
                 pending.append((session_id, chunks, fingerprint))
-        messages = repository.chunks_kept_messages(conn, [c for _, chunks, _ in pending for c in chunks])
+        messages = summaries_db.chunks_kept_messages(conn, [c for _, chunks, _ in pending for c in chunks])
         # every session's entries, triples and fingerprint written together: a few round trips a batch
         entries: list[tuple[EntryCandidate, dict]] = []
         relations: list[tuple[RelationCandidate, dict]] = []
@@ -92,9 +93,9 @@ def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[repositor
                                        "importance": e.importance, "pii": ",".join(e.pii_kinds)} for e in found)
             sources.append({"session_id": session_id, "partition_key": key, "fingerprint": fingerprint,
                             "entries": found_count, "run_id": ctx.run_id})
-        counts.entry_writes += repository.forge_knowledge(conn, entries)
-        repository.forge_relations(conn, relations)
-        repository.record_knowledge_sources(conn, sources)
+        counts.entry_writes += knowledge_db.forge_knowledge(conn, entries)
+        knowledge_db.forge_relations(conn, relations)
+        knowledge_db.record_knowledge_sources(conn, sources)
     return report
 
 
@@ -106,7 +107,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     report = StageReport(KnowledgeCounts())
     for key, _ in window.days(ASSET, only=window.active_days(pool)):
         with pool.connection() as conn:
-            by_session = repository.distilled_chunks(conn, None, day=key, shard=window.shard)
+            by_session = summaries_db.distilled_chunks(conn, None, day=key, shard=window.shard)
         for batch in session_batches(sorted(by_session.items())):
             report.merge(_forge_batch(pool, batch, key, ctx, settings))
     return report

@@ -12,14 +12,16 @@ from datetime import UTC
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.db import repository
+from memory_pipelines.db import facts_chunks as facts_chunks_db
+from memory_pipelines.db import summaries as summaries_db
+from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.records import Message, TimeWindow
 from memory_pipelines.stages.common import (
     BATCH_SESSIONS, COMMIT_SECONDS, Backends, CallContext, Counts, StageFailure, StageReport, Window,
     commit_in_slices, day_window, run_parallel,
 )
-from memory_pipelines.stages.segments import ensure_judged
-from memory_pipelines.summaries import (
+from memory_pipelines.stages.judging import ensure_judged
+from memory_pipelines.core.summary_fold import (
     SUMMARY_CHUNK_CHARS, Day, DiscardFrom, FoldPlan, FoldStopped, VersionBuilt, VersionsReused, fold_session,
 )
 
@@ -59,8 +61,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     (their state read in one query per kind), `concurrency` batches at once."""
     ctx = CallContext(window.run_id, ASSET)
     with pool.connection() as conn:
-        sessions = repository.sessions_in_window(conn, window.span, window.shard)
-        forks = repository.fork_points(conn, [s for s, _ in sessions])
+        sessions = summaries_db.sessions_in_window(conn, window.span, window.shard)
+        forks = transcripts_db.fork_points(conn, [s for s, _ in sessions])
     report = StageReport(SummaryCounts(), calls_models=True)
     # a fork starts from its parent's state at the fork point: parents fold first
     for group in ([s for s in sessions if s[0] not in forks], [s for s in sessions if s[0] in forks]):
@@ -81,20 +83,20 @@ def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: 
     summarizer, decider = backends.writer, backends.judge
     report = StageReport(SummaryCounts(), calls_models=True)
     ids = [session_id for session_id, _ in batch]
-    with pool.connection() as conn, repository.sessions_lock(conn, ids):
+    with pool.connection() as conn, summaries_db.sessions_lock(conn, ids):
         with conn.transaction():
-            starts = repository.summary_start_states(conn, ids, window.first)
-            stored = repository.summary_versions_from(conn, ids, window.first)
+            starts = summaries_db.summary_start_states(conn, ids, window.first)
+            stored = summaries_db.summary_versions_from(conn, ids, window.first)
             cursors = {s: starts[s].cursor_seq for s in ids}
-            messages = repository.sessions_messages_after(conn, cursors)
+            messages = summaries_db.sessions_messages_after(conn, cursors)
             # a fork's fold also reads the parent turns it shares that its state does not cover
-            inherited = repository.fork_inherited_messages(conn, cursors)
+            inherited = summaries_db.fork_inherited_messages(conn, cursors)
         keys = {s: [k for k in fold_days(messages.get(s, []), {v.partition_key for v in stored.get(s, [])},
                                          window.first, window.last) if k >= settings.partition_start] for s in ids}
         # the days' segments judged first (the fold leaves out what judging dropped), in one transaction
         with conn.transaction():
             spans = {s: TimeWindow(day_window(k[0]).start, day_window(k[-1]).end) for s, k in keys.items() if k}
-            judged_messages = repository.sessions_messages_in_windows(conn, spans)
+            judged_messages = summaries_db.sessions_messages_in_windows(conn, spans)
             by_day: dict[tuple[str, str], list[Message]] = defaultdict(list)
             for session_id, session_messages in judged_messages.items():
                 for m in session_messages:
@@ -104,7 +106,8 @@ def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: 
                                           for k in session_keys], decider, ctx)
             report.calls.extend(judged.calls)
             report.failures.extend(judged.failures)
-            dropped = repository.sessions_dropped_seqs_by_day(conn, list(spans), sorted(set().union(*keys.values())))
+            dropped = facts_chunks_db.sessions_dropped_seqs_by_day(conn, list(spans),
+                                                                   sorted(set().union(*keys.values())))
 
         def folds() -> Iterator[tuple[str, object]]:
             for session_id, user_id in batch:
@@ -130,7 +133,7 @@ def _store_event(conn: psycopg.Connection, session_id: str, event: object, ctx: 
     counts = report.counts
     if isinstance(event, VersionBuilt):
         v = event.version
-        repository.insert_summary_version(conn, v, ctx.run_id)
+        summaries_db.insert_summary_version(conn, v, ctx.run_id)
         ctx.record(conn, event.calls, v.partition_key, session_id)
         report.calls.extend(event.calls)
         counts.versions_built += 1
@@ -141,7 +144,7 @@ def _store_event(conn: psycopg.Connection, session_id: str, event: object, ctx: 
     elif isinstance(event, VersionsReused):
         counts.versions_reused += event.count
     elif isinstance(event, DiscardFrom):
-        repository.discard_summary_versions(conn, session_id, event.partition_key, event.step)
+        summaries_db.discard_summary_versions(conn, session_id, event.partition_key, event.step)
         counts.rebuilt_from_changed_day += 1
     elif isinstance(event, FoldStopped):
         ctx.record(conn, event.calls, event.partition_key, session_id)

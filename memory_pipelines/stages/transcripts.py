@@ -13,13 +13,14 @@ from dataclasses import asdict, dataclass, field
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.config import mask_url
-from memory_pipelines.db import repository
+from memory_pipelines.db import lifecycle as lifecycle_db
+from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.ingest import plan_ingest, scan_of_shard
 from memory_pipelines.records import QuarantineReason
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
 from memory_pipelines.sources import SourceSettings, open_source
 from memory_pipelines.sources.files import FileSource, PostgresIndex
-from memory_pipelines.transcripts import SKIPPED_SHOWN, describe_skipped
+from memory_pipelines.core.transcript_scan import SKIPPED_SHOWN, describe_skipped
 
 ASSET = "transcripts"
 PREVIEW_ROWS = 10  # what markdown_table shows
@@ -89,7 +90,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
                 read_files |= {m.source_file for m in scan.messages} | {r.source_file for r in scan.quarantined}
                 refusing_files |= {r.source_file for r in scan.quarantined}
                 with conn.transaction():
-                    repository.lock_transcript_writes(conn)
+                    transcripts_db.lock_transcript_writes(conn)
                     mine, elsewhere = scan_of_shard(scan, window.shard)
                     counts.other_shards += elsewhere
                     written |= _ingest(conn, mine, window.label, window.run_id, counts, report)
@@ -97,10 +98,10 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
             # a file read now that refuses none of its records: its earlier refusals are over,
             # even those whose records no longer fall on the same line (merged, renumbered)
             with conn.transaction():
-                repository.lock_transcript_writes(conn)
-                counts.refusals_resolved += repository.resolve_clean_file_refusals(
+                transcripts_db.lock_transcript_writes(conn)
+                counts.refusals_resolved += transcripts_db.resolve_clean_file_refusals(
                     conn, source.location, source.settings.key, sorted(read_files - refusing_files), window.run_id)
-        counts.table_rows = repository.row_counts(conn, repository.ARCHIVE_TABLES)
+        counts.table_rows = transcripts_db.row_counts(conn, transcripts_db.ARCHIVE_TABLES)
     counts.sessions_touched = len(written)
     counts.files_unreadable = len(unreadable)
     report.sessions.update(written)
@@ -120,19 +121,19 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
 def _ingest(conn, scan, label: str, run_id: str, counts: TranscriptCounts, report: StageReport) -> set[str]:
     """One day's records checked against the archive and written; returns the sessions written."""
     session_ids = sorted({m.session_id for m in scan.messages})
-    stored = repository.stored_messages(conn, sorted({(m.session_id, m.seq) for m in scan.messages}))
+    stored = transcripts_db.stored_messages(conn, sorted({(m.session_id, m.seq) for m in scan.messages}))
     parents = sorted({m.parent_session_id for m in scan.messages if m.parent_session_id is not None})
-    owners = repository.session_owners(conn, sorted({*session_ids, *parents}))
-    forks = repository.fork_points(conn, sorted({*session_ids, *parents}))
-    forgotten = repository.forgotten_for(conn, sorted({m.user_id for m in scan.messages}))
-    plan = plan_ingest(scan, stored, owners, forgotten, forks, repository.superseded_keys(conn, session_ids))
-    repository.insert_fork_points(conn, plan.forks, "transcript")
-    repository.insert_messages(conn, plan.new, run_id)
+    owners = transcripts_db.session_owners(conn, sorted({*session_ids, *parents}))
+    forks = transcripts_db.fork_points(conn, sorted({*session_ids, *parents}))
+    forgotten = lifecycle_db.forgotten_for(conn, sorted({m.user_id for m in scan.messages}))
+    plan = plan_ingest(scan, stored, owners, forgotten, forks, transcripts_db.superseded_keys(conn, session_ids))
+    transcripts_db.insert_fork_points(conn, plan.forks, "transcript")
+    transcripts_db.insert_messages(conn, plan.new, run_id)
     # before this day's refusals are written: a record refused again is open again
-    counts.refusals_resolved += repository.resolve_held_refusals(conn, scan.messages, run_id)
-    repository.insert_quarantine(conn, plan.quarantined, label, run_id)
+    counts.refusals_resolved += transcripts_db.resolve_held_refusals(conn, scan.messages, run_id)
+    transcripts_db.insert_quarantine(conn, plan.quarantined, label, run_id)
     written = sorted({m.session_id for m in plan.new})
-    repository.refresh_sessions(conn, written)
+    transcripts_db.refresh_sessions(conn, written)
     counts.read += plan.read
     counts.stored += len(plan.new)
     counts.duplicate += plan.duplicates

@@ -16,14 +16,17 @@ from dataclasses import dataclass, replace
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.db import repository
+from memory_pipelines.db import summaries as summaries_db
+from memory_pipelines.db import tree as tree_db
 from memory_pipelines.db.queries import query
 from memory_pipelines.llm.backends import ModelError, PromptedBackend
 from memory_pipelines.llm.prompts import SUMMARIZE_NODE
 from memory_pipelines.stages.common import (
     NO_BACKENDS, Backends, CallContext, Counts, StageFailure, StageReport, Window, session_batches,
 )
-from memory_pipelines.tree import MAX_CHILDREN, TreeNode, build_entity_tree, build_scene_tree, build_session_tree
+from memory_pipelines.core.temporal_tree import (
+    MAX_CHILDREN, TreeNode, build_entity_tree, build_scene_tree, build_session_tree,
+)
 
 ASSET = "memory_tree"
 
@@ -58,12 +61,12 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
             "first": window.first, "last": window.last, **window.shard.params})]
     for batch in session_batches(sessions):
         with pool.connection() as conn, conn.transaction():
-            repository.lock_sessions(conn, batch)
-            leaves = repository.sessions_chunk_leaves(conn, batch)
+            summaries_db.lock_sessions(conn, batch)
+            leaves = tree_db.sessions_chunk_leaves(conn, batch)
             nodes = _summarized(conn, "session", batch, [
                 n for session_id in batch for n in build_session_tree(leaves.get(session_id, []), settings.max_children)],
                 writer, ctx, window.last, report)
-            written, removed = repository.store_tree(conn, "session", batch, nodes, window.run_id)
+            written, removed = tree_db.store_tree(conn, "session", batch, nodes, window.run_id)
         counts.nodes_written += written
         counts.nodes_removed += removed
         counts.session_trees += sum(bool(leaves.get(s)) for s in batch)
@@ -72,11 +75,11 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
     with pool.connection() as conn, conn.transaction():
         users = sorted(report.users | {r[0] for r in conn.execute(query("users_without_scene_tree"),
                                                                      window.shard.params)})
-        roots = repository.users_session_roots(conn, users)
+        roots = tree_db.users_session_roots(conn, users)
         scenes = _summarized(conn, "scene", users, [
             n for user_id in users for n in build_scene_tree(user_id, roots.get(user_id, []))],
             writer, ctx, window.last, report)
-        written, removed = repository.store_tree(conn, "scene", users, scenes, window.run_id)
+        written, removed = tree_db.store_tree(conn, "scene", users, scenes, window.run_id)
     counts.nodes_written += written
     counts.nodes_removed += removed
     counts.scene_trees = len({n.tree_key for n in scenes})
@@ -84,13 +87,13 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
     with pool.connection() as conn, conn.transaction():
         owners = [r[0] for r in conn.execute(query("users_with_entities_to_grow"),
                                              {"first": window.first, "last": window.last, **window.shard.params})]
-        items = repository.users_entity_items(conn, owners)
+        items = tree_db.users_entity_items(conn, owners)
         built = [n for (user_id, entity), about in items.items() for n in build_entity_tree(user_id, entity, about)]
         # every entity tree of these users: one whose entity left the graph goes
         keys = sorted({*(r[0] for r in conn.execute(query("user_entity_trees"), {"user_ids": owners})),
                        *(n.tree_key for n in built)})
         entities = _summarized(conn, "entity", keys, built, writer, ctx, window.last, report)
-        written, removed = repository.store_tree(conn, "entity", keys, entities, window.run_id)
+        written, removed = tree_db.store_tree(conn, "entity", keys, entities, window.run_id)
     counts.nodes_written += written
     counts.nodes_removed += removed
     counts.entity_trees = len({n.tree_key for n in entities})
@@ -109,7 +112,7 @@ def _summarized(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[st
     its nodes are left out of what is stored, and a stage failure says why."""
     if writer is None or not nodes:
         return nodes
-    stored = repository.tree_written_summaries(conn, tree_kind, tree_keys)
+    stored = tree_db.tree_written_summaries(conn, tree_kind, tree_keys)
     children: dict[tuple[str, str | None], list[TreeNode]] = {}
     for node in nodes:
         children.setdefault((node.tree_key, node.parent_key), []).append(node)

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.db import repository
+from memory_pipelines.db import facts_chunks as facts_chunks_db
+from memory_pipelines.db import summaries as summaries_db
+from memory_pipelines.db import turns as turns_db
 from memory_pipelines.db.queries import query
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window, session_batches
-from memory_pipelines.turns import build_turns
+from memory_pipelines.core.turn_index import build_turns
 
 ASSET = "memory_turns"
 
@@ -37,22 +39,22 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
             **window.shard.params})]
     for batch in session_batches(sessions):
         with pool.connection() as conn, conn.transaction():
-            repository.lock_sessions(conn, batch)
-            messages = repository.sessions_messages(conn, batch)
-            keys = repository.sessions_search_keys(conn, batch)
+            summaries_db.lock_sessions(conn, batch)
+            messages = facts_chunks_db.sessions_messages(conn, batch)
+            keys = turns_db.sessions_search_keys(conn, batch)
             rows = []
             for session_id in batch:
                 session_rows = build_turns(messages.get(session_id, []), keys.get(session_id, []))
                 if session_rows:
                     counts.languages[session_rows[0].language] += 1
                 rows += session_rows
-            written, removed = repository.store_turns(conn, batch, rows, window.run_id)
+            written, removed = turns_db.store_turns(conn, batch, rows, window.run_id)
         counts.turns_written += written
         counts.turns_removed += removed
         report.sessions.update(batch)
         report.users.update(r.user_id for r in rows)
     with pool.connection() as conn, conn.transaction():
-        repository.refresh_turn_stats(conn, sorted(report.users))
+        turns_db.refresh_turn_stats(conn, sorted(report.users))
     counts.sessions_indexed = len(report.sessions)
     report.check_scope = {"session_ids": sorted(report.sessions)}
     return report

@@ -37,12 +37,6 @@ ORDER BY table_name;
 SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.dagster_schema'));
 CREATE SCHEMA IF NOT EXISTS {schema};
 
--- name: drop_database
-DROP DATABASE IF EXISTS {name} WITH (FORCE);
-
--- name: create_database
-CREATE DATABASE {name};
-
 -- name: table_sizes
 -- Bytes per table of the pipeline's schema, with indexes and TOAST.
 SELECT c.relname, pg_total_relation_size(c.oid)

@@ -20,7 +20,7 @@ WHERE (embedding IS NULL OR embedding_model IS DISTINCT FROM %(model)s) AND id >
 ORDER BY id LIMIT %(limit)s;
 
 -- name: turns_needing_embedding
--- A turn is embedded read with its neighbours (memory_pipelines.turns.window_text).
+-- A turn is embedded read with its neighbours (memory_pipelines.core.turn_index.window_text).
 SELECT t.id, concat_ws(E'\n', right(p.body, 600), left(t.body, 1600), left(n.body, 600)), t.embedding IS NOT NULL
 FROM memory_turns t
 -- (the user in the join: memory_turns_user_idx finds a neighbour by its position)

@@ -1,4 +1,4 @@
--- The temporal tree: memory_tree (memory_pipelines.tree, stage memory_tree).
+-- The temporal tree: memory_tree (memory_pipelines.core.temporal_tree, stage memory_tree).
 
 -- name: sessions_to_grow
 -- The sessions whose trees to build again for the days first..last: those whose chunks

@@ -1,4 +1,4 @@
--- The turn-level index: memory_turns and its BM25 statistics (memory_pipelines.turns).
+-- The turn-level index: memory_turns and its BM25 statistics (memory_pipelines.core.turn_index).
 
 -- name: sessions_to_index
 -- The sessions to index again for the days first..last ([start, end)): those with messages

@@ -10,7 +10,7 @@ from datetime import timedelta
 import psycopg
 
 from assets.definitions import all_assets
-from memory_pipelines.db import repository
+from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.stages.common import Window
 from tests.helpers import content_fingerprints, materialize_partitions, materialize_range, pipeline_resources
 
@@ -48,10 +48,10 @@ def test_the_days_with_work_are_those_with_messages_and_those_a_session_goes_sta
                for d in DAYS[:-1])
     window = Window(tuple(DAYS), "r")
     with psycopg.connect(database_url) as conn:
-        assert repository.active_days(conn, window.span) == {"2026-03-01", "2026-03-04"}
-        assert repository.active_days(conn, window.span, timedelta(minutes=30)) == {
+        assert summaries_db.active_days(conn, window.span) == {"2026-03-01", "2026-03-04"}
+        assert summaries_db.active_days(conn, window.span, timedelta(minutes=30)) == {
             "2026-03-01", "2026-03-02", "2026-03-04"}
-        assert repository.active_days(conn, Window(("2026-03-02",), "r").span) == frozenset()
+        assert summaries_db.active_days(conn, Window(("2026-03-02",), "r").span) == frozenset()
         # s-late's facts were extracted on the day it went stale, with no message that day
         extracted = dict(conn.execute("SELECT session_id, partition_key FROM session_memory_state").fetchall())
     assert extracted == {"s-late": "2026-03-02", "s-next": "2026-03-04"}

@@ -11,8 +11,8 @@ import pytest
 
 from assets.definitions import all_assets
 from assets.distillation import conversation_segments, session_summaries
+from assets.ingestion import transcripts
 from assets.resources import ModelResource
-from assets.transcripts import transcripts
 from memory_pipelines.config import ConfigError, SAMPLE_TRANSCRIPTS
 from memory_pipelines.llm import ModelConfig
 from memory_pipelines.llm.pricing import Price, load_price_table, price_for

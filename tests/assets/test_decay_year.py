@@ -13,12 +13,12 @@ import pytest
 from psycopg.rows import dict_row
 
 from assets.distillation import conversation_segments, session_summaries
-from assets.lifecycle import knowledge_entries, memory_decay
+from assets.ingestion import transcripts
+from assets.knowledge import knowledge_entries, memory_decay
 from assets.memory import memory_facts
-from assets.transcripts import transcripts
 from memory_pipelines.db.queries import query
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
-from memory_pipelines.knowledge import Triple, states
+from memory_pipelines.core.knowledge_entries import Triple, states
 from tests.helpers import location_days, materialize_partitions
 
 # what decay reads; chunks, sketches, error memory and embeddings play no part in it

@@ -11,11 +11,11 @@ import psycopg
 import pytest
 
 from assets.distillation import conversation_segments, session_summaries
+from assets.ingestion import transcripts
 from assets.partitions import TRANSIENT_RETRIES
 from assets.resources import ModelResource
-from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from memory_pipelines.segments import MISSING_VERDICT
+from memory_pipelines.core.noise_filter import MISSING_VERDICT
 from tests.fakes import FakeModelServer, Fault, default_answer
 from tests.helpers import (
     content_fingerprints, materialization_metadata, materialize_partitions, materialize_range, pipeline_resources,

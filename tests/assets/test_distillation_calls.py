@@ -15,10 +15,10 @@ import psycopg
 import pytest
 
 from assets.distillation import conversation_segments, session_summaries
-from assets.lifecycle import knowledge_entries
+from assets.ingestion import transcripts
+from assets.knowledge import knowledge_entries
 from assets.memory import memory_facts
 from assets.resources import ModelResource
-from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from tests.fakes import FakeModelServer, default_answer
 from tests.helpers import materialization_metadata, materialize_partitions, pipeline_resources

@@ -14,7 +14,7 @@ import pytest
 
 from assets.definitions import all_assets
 from memory_pipelines.config import PACKAGE_DIR
-from memory_pipelines.db import repository
+from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.forks import ForkError, fork_session, merge_fork, restore_merge
 from memory_pipelines.lifecycle import forget
 from memory_pipelines.llm import build_backend
@@ -270,6 +270,6 @@ def test_a_fork_after_a_parents_summarized_day_starts_from_that_version(make_dat
         # its own count from 1, its fold reading its own turns on top of the parent's day-one summary
         assert (version, first_seq, last_seq) == (1, 7, 10) and "7070" in summary and "Fly.io" in summary
         assert "Kubernetes" not in summary
-        assert repository.current_summary(conn, "s-gina-0001-b") is None  # not a fork, not stored
+        assert summaries_db.current_summary(conn, "s-gina-0001-b") is None  # not a fork, not stored
         fork_session(conn, PARENT, "s-gina-0001-b", 8, actor="test")
-        assert "7070" in json.dumps(repository.current_summary(conn, "s-gina-0001-b").to_json())
+        assert "7070" in json.dumps(summaries_db.current_summary(conn, "s-gina-0001-b").to_json())

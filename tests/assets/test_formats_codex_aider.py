@@ -9,7 +9,7 @@ from collections import Counter
 
 import psycopg
 
-from assets.transcripts import transcripts
+from assets.ingestion import transcripts
 from memory_pipelines.config import PACKAGE_DIR
 from tests.helpers import materialization_metadata, materialize_partitions
 

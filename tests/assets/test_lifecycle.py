@@ -12,14 +12,15 @@ import pytest
 
 from assets.definitions import all_assets
 from assets.distillation import conversation_segments, session_summaries
-from assets.lifecycle import knowledge_entries, memory_decay
+from assets.ingestion import transcripts
+from assets.knowledge import knowledge_entries, memory_decay
 from assets.resources import LifecycleSettings
-from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.graph import reachable, relations
-from memory_pipelines.lifecycle import decay, expire_pii_older_than, export_markdown, forget, pii_entries, restore
+from memory_pipelines.lifecycle import expire_pii_older_than, export_markdown, forget, pii_entries, restore
 from memory_pipelines.search import MemorySearch, UnifiedMemorySearch
+from memory_pipelines.stages.decay import decay
 from tests.helpers import (EAGER_DECAY, content_fingerprints, materialization_metadata, materialize_partitions,
                            materialize_range, pipeline_resources)
 

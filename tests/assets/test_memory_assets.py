@@ -11,11 +11,11 @@ import psycopg
 import pytest
 
 from assets.distillation import conversation_segments, session_summaries
+from assets.ingestion import transcripts
 from assets.memory import memory_chunks, memory_facts
 from assets.resources import MemorySettings, ModelResource
-from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from memory_pipelines.db import repository
+from memory_pipelines.db import facts_chunks as facts_chunks_db
 from tests.fakes import FakeModelServer
 from tests.helpers import content_fingerprints, materialize_partitions, materialize_range, pipeline_resources
 
@@ -84,16 +84,16 @@ def test_merge_undo_include_merged_and_delete(database_url, tmp_path):
     write_session(tmp_path, "s2", "ann", [("user", "language: Go is what I use"), ("assistant", "ok")], start="14:00")
     materialize_partitions([transcripts, *FACTS], ["2026-10-01"], database_url, tmp_path)
     with psycopg.connect(database_url) as conn:
-        visible = repository.facts_for_user(conn, "ann")
-        everything = repository.facts_for_user(conn, "ann", include_merged=True)
+        visible = facts_chunks_db.facts_for_user(conn, "ann")
+        everything = facts_chunks_db.facts_for_user(conn, "ann", include_merged=True)
         assert [(f.key, f.value) for f in visible] == [("language", "Go")]
         assert sorted(f.key for f in everything) == ["language", "preferred_language"]
         conn.execute("UPDATE memory_facts SET merged_into = NULL")  # undo
-        assert len(repository.facts_for_user(conn, "ann")) == 2
+        assert len(facts_chunks_db.facts_for_user(conn, "ann")) == 2
         conn.rollback()
-        assert repository.delete_fact(conn, "ann", "language") == 2  # the survivor and its hidden row
-        assert repository.facts_for_user(conn, "ann", include_merged=True) == []
-        assert repository.delete_fact(conn, "ann", "language") == 0
+        assert facts_chunks_db.delete_fact(conn, "ann", "language") == 2  # the survivor and its hidden row
+        assert facts_chunks_db.facts_for_user(conn, "ann", include_merged=True) == []
+        assert facts_chunks_db.delete_fact(conn, "ann", "language") == 0
 
 
 def test_event_time_wins_under_a_backfill(database_url, tmp_path):

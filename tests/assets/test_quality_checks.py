@@ -13,7 +13,7 @@ import pytest
 
 from assets.definitions import all_assets
 from assets.distillation import conversation_segments
-from assets.transcripts import transcripts
+from assets.ingestion import transcripts
 from memory_pipelines.quality_gates.catalogue import CHECKS, run_checks
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.embed import EmbedConfig, build_embedder
@@ -244,18 +244,18 @@ def test_a_failed_blocking_check_stops_the_downstream_asset_in_the_same_run(data
 
 
 def test_checks_read_in_small_frames_find_what_one_frame_finds(sample, monkeypatch):
-    from memory_pipelines.db import repository
+    from memory_pipelines.db import checks as checks_db
     from memory_pipelines.quality_gates import catalogue
 
     with psycopg.connect(sample[0]) as conn:
         scope = {**catalogue.QUERY_CONSTANTS, **range_scope(conn)}
-        frames = list(repository.check_frames(conn, "message_check_rows", scope, ("session_id",), 5))
-        whole = repository.check_frame(conn, "message_check_rows", scope)
+        frames = list(checks_db.check_frames(conn, "message_check_rows", scope, ("session_id",), 5))
+        whole = checks_db.check_frame(conn, "message_check_rows", scope)
         # several frames, every row once, no session cut in two
         assert len(frames) > 3 and sum(len(f) for f in frames) == len(whole)
         assert all(set(a["session_id"]).isdisjoint(b["session_id"]) for a, b in zip(frames, frames[1:]))
         # with nothing to keep together, frames are cut at the size
-        anywhere = list(repository.check_frames(conn, "message_check_rows", scope, (), 5))
+        anywhere = list(checks_db.check_frames(conn, "message_check_rows", scope, (), 5))
         assert [len(f) for f in anywhere[:-1]] == [5] * (len(anywhere) - 1) and sum(map(len, anywhere)) == len(whole)
         summaries = {asset: [o.summary for _, o in run_checks(conn, CHECKS[asset], range_scope(conn))]
                      for asset in CHECKS}

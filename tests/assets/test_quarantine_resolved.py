@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import psycopg
 
-from assets.transcripts import transcripts
+from assets.ingestion import transcripts
 from memory_pipelines.cli import build_parser
 from memory_pipelines.cli.inventory import cmd_quarantine
-from memory_pipelines.db import repository
+from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.records import Message, QuarantinedRecord, QuarantineReason
 from tests.helpers import materialization_metadata, materialize_partitions, table_fingerprints
 
@@ -140,7 +140,7 @@ def test_refusals_are_resolved_by_their_own_record_and_refused_again_are_the_sam
         conflict = _refusal("b.jsonl", 1, QuarantineReason.CONFLICTING_DUPLICATE, "s1 2 other", seq=2)
         bad_json = _refusal("c.jsonl", 3, QuarantineReason.MALFORMED_JSON, "{oops")
         for run in ("r1", "r2"):  # refused again: no second row
-            repository.insert_quarantine(conn, [bad_time, conflict, bad_json], DAY, run)
+            transcripts_db.insert_quarantine(conn, [bad_time, conflict, bad_json], DAY, run)
         assert [r[1:] for r in rows()] == [("a.jsonl", 1, "invalid_timestamp", None),
                                            ("b.jsonl", 1, "conflicting_duplicate", None),
                                            ("c.jsonl", 3, "malformed_json", None)]
@@ -149,17 +149,17 @@ def test_refusals_are_resolved_by_their_own_record_and_refused_again_are_the_sam
         # conflicts with); c.jsonl line 4 stored: none of them is c.jsonl line 3
         stored = [_message("a.jsonl", 1, 1, "fixed"), _message("a.jsonl", 2, 2, "first"),
                   _message("c.jsonl", 4, 3, "next")]
-        repository.insert_messages(conn, stored, "r3")
+        transcripts_db.insert_messages(conn, stored, "r3")
         unheld = _message("c.jsonl", 3, 4, "never stored")  # read, not in the archive (forgotten, say)
-        assert repository.resolve_held_refusals(conn, [*stored, unheld], "r3") == 1
+        assert transcripts_db.resolve_held_refusals(conn, [*stored, unheld], "r3") == 1
         assert [r[4] for r in rows()] == ["r3", None, None]
-        assert repository.resolve_held_refusals(conn, stored, "r4") == 0  # resolved once
+        assert transcripts_db.resolve_held_refusals(conn, stored, "r4") == 0  # resolved once
         # the conflicting record's own line now holds it (its file fixed to another seq): resolved
         fixed = _message("b.jsonl", 1, 5, "moved")
-        repository.insert_messages(conn, [fixed], "r5")
-        assert repository.resolve_held_refusals(conn, [fixed], "r5") == 0  # it names (s1, 2), not (s1, 5)
+        transcripts_db.insert_messages(conn, [fixed], "r5")
+        assert transcripts_db.resolve_held_refusals(conn, [fixed], "r5") == 0  # it names (s1, 2), not (s1, 5)
         # the same record refused again (the fix undone): the same row, open again
-        repository.insert_quarantine(conn, [bad_time], DAY, "r6")
+        transcripts_db.insert_quarantine(conn, [bad_time], DAY, "r6")
         assert [r[0] for r in rows()] == ids and [r[4] for r in rows()] == [None, None, None]
-        totals = repository.quarantine_totals(conn)
+        totals = transcripts_db.quarantine_totals(conn)
         assert totals == (3, 0)

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from assets.distillation import conversation_segments, session_summaries
-from assets.transcripts import transcripts
+from assets.ingestion import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.llm import ModelConfig, build_backend
 from memory_pipelines.session_context import context_for

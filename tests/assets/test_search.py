@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assets.definitions import all_assets
+from assets.embeddings import memory_embeddings
 from assets.resources import EmbedderResource
-from assets.search_assets import memory_embeddings
-from memory_pipelines import bench
+from memory_pipelines.bench import needles
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.db.queries import query
 from memory_pipelines.shards import ALL_USERS
@@ -160,7 +160,7 @@ def test_chunk_text_path_without_breadcrumbs_matches_content_alone(conn):
 def test_bench_retrieval_scores_every_row_and_changes_nothing(conn):
     accesses = "SELECT (SELECT sum(access_count) FROM memory_facts) + (SELECT sum(access_count) FROM knowledge_entries)"
     before = conn.execute(accesses).fetchone()[0]
-    scores = {s.mode: s for s in bench.retrieval(conn, EMBEDDER, k=5)}
+    scores = {s.mode: s for s in needles.retrieval(conn, EMBEDDER, k=5)}
     assert list(scores) == ["vector", "text", "hybrid", "tiered", "unified", "text - breadcrumbs",
                             "hybrid - breadcrumbs", "hybrid + facts", "hybrid + summaries",
                             "hybrid + facts + summaries"]

@@ -12,10 +12,10 @@ import psycopg
 import pytest
 
 from assets.distillation import conversation_segments, session_summaries
-from assets.lifecycle import knowledge_entries
+from assets.ingestion import transcripts
+from assets.knowledge import knowledge_entries
 from assets.memory import memory_facts
 from assets.resources import ModelResource
-from assets.transcripts import transcripts
 from tests.fakes import FakeModelServer
 from tests.helpers import materialization_metadata, materialize_partitions, pipeline_resources
 

@@ -7,7 +7,7 @@ import shutil
 
 import psycopg
 
-from assets.transcripts import transcripts
+from assets.ingestion import transcripts
 from memory_pipelines.config import PACKAGE_DIR, SAMPLE_TRANSCRIPTS
 from tests.helpers import materialization_metadata, materialize_partitions
 

@@ -10,7 +10,7 @@ import dagster as dg
 import psycopg
 import pytest
 
-from assets.transcripts import transcripts
+from assets.ingestion import transcripts
 from memory_pipelines.config import SAMPLE_BAD_INPUT, SAMPLE_TRANSCRIPTS
 from tests.helpers import (
     content_fingerprints, materialization_metadata, materialize_partitions, materialize_range, pipeline_resources,

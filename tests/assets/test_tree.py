@@ -12,10 +12,10 @@ import psycopg
 import pytest
 
 from assets.definitions import all_assets
+from assets.memory import memory_tree
 from assets.resources import ModelResource
-from assets.search_assets import memory_tree
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from memory_pipelines.db import repository
+from memory_pipelines.db import tree as tree_db
 from memory_pipelines.lifecycle import forget
 from tests.fakes import FakeModelServer, Fault
 from tests.helpers import QUIET, SAMPLE_DAYS, materialize_partitions, pipeline_resources
@@ -46,17 +46,17 @@ def test_leaves_cover_every_chunked_turn_once_and_scene_trees_every_chunked_sess
         for user_id in users:
             sessions = sorted({s for u, s, *_ in chunked if u == user_id})
             for session_id in sessions:
-                nodes = repository.tree_nodes(conn, user_id, "session", session_id)
+                nodes = tree_db.tree_nodes(conn, user_id, "session", session_id)
                 covered = [(s.session_id, seq) for n in nodes if n.level == 0 for s in n.spans
                            for seq in range(s.seq_start, s.seq_end + 1)]
                 expected = [(session_id, seq) for u, s, a, b in chunked if s == session_id for seq in range(a, b + 1)]
                 assert sorted(covered) == sorted(expected) and len(set(covered)) == len(covered)
                 assert sum(n.parent_key is None for n in nodes) == 1
-            scene = repository.tree_nodes(conn, user_id, "scene", user_id)
+            scene = tree_db.tree_nodes(conn, user_id, "scene", user_id)
             assert sorted(n.node_key for n in scene if n.level == 0) == [f"session:{s}" for s in sessions]
             assert {n.node_key.split(":")[0] for n in scene if n.parent_key is None} == {"month"}
         assert not {s for _, s, *_ in chunked if _ == "alice"} & {
-            s.session_id for n in repository.tree_nodes(conn, "bob", "scene", "bob") for s in n.spans}
+            s.session_id for n in tree_db.tree_nodes(conn, "bob", "scene", "bob") for s in n.spans}
         deepest = conn.execute("SELECT max(level) FROM memory_tree WHERE tree_kind = 'session'").fetchone()[0]
         assert deepest >= 1
 
@@ -82,7 +82,7 @@ def test_a_rerun_writes_nothing_and_a_new_chunk_rewrites_only_its_path(sample_ur
     with psycopg.connect(sample_url) as conn:
         after = _tree_rows(conn)
         nodes = {(n.tree_kind, n.tree_key, n.node_key): n for kind, key in (("session", session_id), ("scene", user_id))
-                 for n in repository.tree_nodes(conn, user_id, kind, key)}
+                 for n in tree_db.tree_nodes(conn, user_id, kind, key)}
     changed = {k for k, (digest, _) in after.items() if before.get(k, (None,))[0] != digest}
     new_leaf = max((k for k in nodes if k[0] == "session" and nodes[k].level == 0), key=lambda k: nodes[k].position)
     path = set()
@@ -102,25 +102,25 @@ def test_forget_takes_a_sessions_tree_and_its_users_scene_tree_the_next_run_buil
     with psycopg.connect(sample_url) as conn:
         [session_id] = conn.execute("SELECT session_id FROM memory_chunks WHERE user_id = 'bob' ORDER BY session_id "
                                     "LIMIT 1").fetchone()
-        alice_before = [n.content_hash for n in repository.tree_nodes(conn, "alice", "scene", "alice")]
+        alice_before = [n.content_hash for n in tree_db.tree_nodes(conn, "alice", "scene", "alice")]
         report = forget(conn, "bob", session_id=session_id)
         conn.commit()
         assert report["memory_tree"] > 0
-        assert repository.tree_nodes(conn, "bob", "session", session_id) == []
-        assert repository.tree_nodes(conn, "bob", "scene", "bob") == []
-        assert repository.tree_nodes(conn, "bob", "entity", "bob:ledger-api") == []
-        assert [n.content_hash for n in repository.tree_nodes(conn, "alice", "scene", "alice")] == alice_before
+        assert tree_db.tree_nodes(conn, "bob", "session", session_id) == []
+        assert tree_db.tree_nodes(conn, "bob", "scene", "bob") == []
+        assert tree_db.tree_nodes(conn, "bob", "entity", "bob:ledger-api") == []
+        assert [n.content_hash for n in tree_db.tree_nodes(conn, "alice", "scene", "alice")] == alice_before
     _grow(sample_url, SAMPLE_DAYS[-1])
     with psycopg.connect(sample_url) as conn:
-        scene = repository.tree_nodes(conn, "bob", "scene", "bob")
+        scene = tree_db.tree_nodes(conn, "bob", "scene", "bob")
         assert scene and f"session:{session_id}" not in {n.node_key for n in scene}
-        entity = repository.tree_nodes(conn, "bob", "entity", "bob:ledger-api")
+        entity = tree_db.tree_nodes(conn, "bob", "entity", "bob:ledger-api")
         assert entity and not {s.session_id for n in entity for s in n.spans} & {session_id}
 
 
 def test_an_entity_tree_holds_what_memory_says_about_the_entity_over_time(sample_url):
     with psycopg.connect(sample_url) as conn:
-        nodes = repository.tree_nodes(conn, "bob", "entity", "bob:ledger-api")
+        nodes = tree_db.tree_nodes(conn, "bob", "entity", "bob:ledger-api")
         leaves = {n.node_key: n for n in nodes if n.level == 0}
         relations = [n.summary for k, n in leaves.items() if k.startswith("relation:")]
         assert "ledger-api listens_on 8080 (until 2026-10-09)" in relations and "ledger-api listens_on 9090" in relations
@@ -153,7 +153,7 @@ def test_forest_recall_serves_passages_inside_the_leaves_it_reached_with_their_p
         for hit in hits:
             assert hit.session_id.startswith("s-bob-") and hit.path and hit.path[0].startswith("month:")
             leaf = hit.path[-1].split(": ", 1)[0]
-            [node] = [n for n in repository.tree_nodes(conn, "bob", "session", hit.session_id) if n.node_key == leaf]
+            [node] = [n for n in tree_db.tree_nodes(conn, "bob", "session", hit.session_id) if n.node_key == leaf]
             assert node.level == 0 and node.spans[0].seq_start <= hit.best_seq <= node.spans[0].seq_end
         alice = search.search_forest("which port does ledger-api use", "alice", limit=5)
         assert not {h.session_id for h in alice} & {h.session_id for h in hits}

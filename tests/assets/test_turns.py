@@ -16,15 +16,17 @@ from hypothesis import strategies as st
 from memory_pipelines.db.vectors import register_vector_types
 
 from assets.definitions import all_assets
-from assets.search_assets import memory_embeddings, memory_turns
-from assets.transcripts import transcripts
+from assets.embeddings import memory_embeddings
+from assets.ingestion import transcripts
+from assets.memory import memory_turns
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from memory_pipelines.db import repository
+from memory_pipelines.db import facts_chunks as facts_chunks_db
+from memory_pipelines.db import turns as turns_db
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.records import Message
 from memory_pipelines.search import UnifiedMemorySearch, format_served, recall
-from memory_pipelines.turns import build_turns, window_text
+from memory_pipelines.core.turn_index import build_turns, window_text
 from tests.helpers import HALFVEC_ATOL, content_fingerprints, materialize_partitions, materialize_range, pipeline_resources
 
 DAYS = [(date(2026, 10, 1) + timedelta(days=i)).isoformat() for i in range(14)]
@@ -51,8 +53,8 @@ def test_bm25_matches_the_formula_on_a_three_document_corpus(database_url):
     messages = [Message("bm-1", i, "bm", "user", b, T0 + timedelta(minutes=i), "h", "f", i) for i, b in enumerate(bodies)]
     with psycopg.connect(database_url) as conn:
         rows = build_turns(messages, [])
-        repository.store_turns(conn, "bm-1", rows, "test")
-        repository.refresh_turn_stats(conn, ["bm"])
+        turns_db.store_turns(conn, "bm-1", rows, "test")
+        turns_db.refresh_turn_stats(conn, ["bm"])
         assert {r.language for r in rows} == {"english"}
         found = conn.execute(query("turn_text_search"), {
             "user_id": "bm", "all_users": False, "session_id": None, "include_forks": False, "since": None,
@@ -244,7 +246,7 @@ def test_served_turns_count_an_access_that_reindexing_keeps(conn):
     assert raw_turns and all(n >= 1 for n in accesses(raw_turns).values())
     # indexing the session again, with a turn's text changed, leaves every count
     before = accesses(ids)
-    messages = repository.sessions_messages(conn, ["s-bob-0005"])["s-bob-0005"]
+    messages = facts_chunks_db.sessions_messages(conn, ["s-bob-0005"])["s-bob-0005"]
     changed = [replace(m, content=m.content + " (edited)") if m.seq == first.turns[0].turn.seq else m for m in messages]
-    written, _ = repository.store_turns(conn, ["s-bob-0005"], build_turns(changed, []), "test")
+    written, _ = turns_db.store_turns(conn, ["s-bob-0005"], build_turns(changed, []), "test")
     assert written >= 1 and accesses(ids) == before

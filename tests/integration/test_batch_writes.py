@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from memory_pipelines.db import repository
+from memory_pipelines.db import facts_chunks as facts_chunks_db
+from memory_pipelines.db import knowledge as knowledge_db
 from memory_pipelines.db.connection import get_pool
-from memory_pipelines.facts import FactCandidate, canonical_key
-from memory_pipelines.knowledge import EntryCandidate, entry_key, importance
+from memory_pipelines.core.fact_extraction import FactCandidate, canonical_key
+from memory_pipelines.core.knowledge_entries import EntryCandidate, entry_key, importance
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
 ENTRY_COLUMNS = ("entry_key, user_id, kind, title, content, tags, confidence, importance, has_pii, pii_kinds, "
@@ -53,11 +54,11 @@ def test_a_batch_written_at_once_equals_the_entries_written_one_by_one(make_data
     at_once, one_by_one = make_database(), make_database()
     batch = _batch()
     with get_pool(at_once).connection() as conn, conn.transaction():
-        written_at_once = repository.forge_knowledge(conn, batch)
+        written_at_once = knowledge_db.forge_knowledge(conn, batch)
     written_one_by_one = 0
     for item in batch:
         with get_pool(one_by_one).connection() as conn, conn.transaction():
-            written_one_by_one += repository.forge_knowledge(conn, [item])
+            written_one_by_one += knowledge_db.forge_knowledge(conn, [item])
 
     entries, versions = _tables(at_once)
     assert (entries, versions) == _tables(one_by_one)
@@ -92,10 +93,10 @@ def test_facts_written_at_once_equal_the_facts_written_one_by_one(make_database)
     batch = [(user, fact, {"session_id": f"s-{user}-{fact.seq_start}", "partition_key": "2026-10-01",
                            "run_id": "r", "model": "rules", "prompt_version": "p1"}) for user, fact in observed]
     with get_pool(at_once).connection() as conn, conn.transaction():
-        repository.upsert_facts(conn, batch)
+        facts_chunks_db.upsert_facts(conn, batch)
     for item in batch:
         with get_pool(one_by_one).connection() as conn, conn.transaction():
-            repository.upsert_facts(conn, [item])
+            facts_chunks_db.upsert_facts(conn, [item])
 
     def facts(url: str) -> list[tuple]:
         with psycopg.connect(url) as conn:

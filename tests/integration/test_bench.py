@@ -10,10 +10,11 @@ import time
 import psycopg
 import pytest
 
-from assets.benchmarks import run_distill_benchmark
-from memory_pipelines.bench import BUDGETS, EVIDENCE_ROWS, distill_markdown
+from assets.bench.distill import run_distill_benchmark
+from memory_pipelines.bench.distill import distill_markdown
+from memory_pipelines.bench.evidence_set import CATEGORIES
+from memory_pipelines.bench.retrieval import BUDGETS, EVIDENCE_ROWS
 from memory_pipelines.db.queries import query
-from memory_pipelines.evidence_set import CATEGORIES
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from tests.integration.test_cli import cli
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from memory_pipelines import bench_models
+from memory_pipelines.bench import models as bench_models
 from memory_pipelines.llm import ModelConfig, build_backend
 from tests.fakes import FakeModelServer, default_answer
 from tests.integration.test_cli import cli

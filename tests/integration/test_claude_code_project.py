@@ -19,8 +19,8 @@ from collections import defaultdict
 import psycopg
 import pytest
 
-from assets.search_assets import memory_turns
-from assets.transcripts import transcripts
+from assets.ingestion import transcripts
+from assets.memory import memory_turns
 from memory_pipelines.db.vectors import register_vector_types
 from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.search import UnifiedMemorySearch

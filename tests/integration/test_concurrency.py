@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from assets.runner import DAGSTER_SCHEMA, ensure_dagster_home
+from assets.run.runner import DAGSTER_SCHEMA, ensure_dagster_home
 from memory_pipelines.config import MANAGED_MARK
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from tests.helpers import content_fingerprints

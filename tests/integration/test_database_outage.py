@@ -23,7 +23,7 @@ from pgserver._commands import POSTGRES_BIN_PATH
 
 from memory_pipelines.db import embedded
 from tests.conftest import SAMPLE_DB
-from assets.search_assets import memory_embeddings
+from assets.embeddings import memory_embeddings
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from tests.helpers import ENTRY, content_fingerprints, free_port, materialize_partitions, start_server, with_database
 from tests.integration.test_api_http import create_keys

@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 
 from assets.definitions import all_assets
-from assets.runner import ensure_dagster_home
+from assets.run.runner import ensure_dagster_home
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.db import embedded
 from memory_pipelines.db.connection import close_pools

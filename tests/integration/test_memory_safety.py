@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from assets.definitions import all_assets
+from assets.ingestion import transcripts
 from assets.resources import ModelResource
-from assets.transcripts import transcripts
 from memory_pipelines.config import SAMPLE_BAD_INPUT, SAMPLE_TRANSCRIPTS
 from tests.fakes import Fault, FakeModelServer
 from tests.helpers import QUIET, free_port, materialize_partitions, pipeline_resources, table_fingerprints

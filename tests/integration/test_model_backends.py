@@ -11,7 +11,7 @@ from memory_pipelines.llm import ModelConfig, ModelError, build_backend
 from memory_pipelines.llm.config import chat_config, decision_config
 from memory_pipelines.llm.prompts import DISTILL, SUMMARIZE, distill_schema
 from memory_pipelines.records import Message, Summary
-from memory_pipelines.segments import cut_segments
+from memory_pipelines.core.noise_filter import cut_segments
 from tests.fakes import FakeModelServer, Fault
 
 

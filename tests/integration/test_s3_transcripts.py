@@ -9,7 +9,7 @@ import json
 import dagster as dg
 import psycopg
 
-from assets.transcripts import transcripts
+from assets.ingestion import transcripts
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from tests.helpers import materialization_metadata, materialize_partitions, sensor_context
 from tests.s3_server import delete_object, put_object

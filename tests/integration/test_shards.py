@@ -12,7 +12,7 @@ import sys
 import psycopg
 import pytest
 
-from assets.dask_executor import local_cluster
+from assets.run.dask_executor import local_cluster
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.shards import shard_of
 from tests.helpers import ENTRY, location_days, memory_differences

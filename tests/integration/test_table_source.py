@@ -9,7 +9,7 @@ import dagster as dg
 import psycopg
 import pytest
 
-from assets.transcripts import transcripts
+from assets.ingestion import transcripts
 from memory_pipelines.sources import SourceSettings, open_source
 from memory_pipelines.sources.base import TranscriptSourceError
 from tests.conftest import _clones

@@ -14,7 +14,7 @@ from memory_pipelines.api.http import _validation_message
 from memory_pipelines.api.keys import KEY_PREFIX, SHOWN_CHARS, ApiKey, hash_key
 from memory_pipelines.api.service import MAX_QUESTION_CHARS, ApiError, Caller, Forbidden, _question
 from memory_pipelines.config import ConfigError, validate_environment
-from memory_pipelines.knowledge import decay_score, decay_terms
+from memory_pipelines.core.knowledge_entries import decay_score, decay_terms
 
 
 def key(user_id: str | None, key_id: int = 7) -> ApiKey:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from memory_pipelines.bench_search.build import SearchBenchConfig, TurnIndexSize
-from memory_pipelines.bench_search.generate import WordModel, bulk_embedder
-from memory_pipelines.bench_search.report import markdown
-from memory_pipelines.bench_search.timing import Latency, PathLatency, SearchBenchResult
+from memory_pipelines.bench.search.build import SearchBenchConfig, TurnIndexSize
+from memory_pipelines.bench.search.generate import WordModel, bulk_embedder
+from memory_pipelines.bench.search.report import markdown
+from memory_pipelines.bench.search.timing import Latency, PathLatency, SearchBenchResult
 from memory_pipelines.embed import EmbedConfig, build_embedder
 
 
@@ -30,7 +30,7 @@ def test_bulk_hashing_gives_what_the_hashing_embedder_gives():
 
 
 def test_bulk_hashing_past_its_word_cap_hashes_words_each_time():
-    from memory_pipelines.bench_search.generate import _HashingVectors
+    from memory_pipelines.bench.search.generate import _HashingVectors
 
     embedder = build_embedder(EmbedConfig())
     bulk = _HashingVectors(embedder)

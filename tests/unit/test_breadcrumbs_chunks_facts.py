@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory_pipelines.breadcrumbs import extract_breadcrumbs, merge_breadcrumbs
-from memory_pipelines.chunks import CHUNK_MAX_CHARS, Chunk, chunk_breadcrumbs, chunk_line, pack_chunks
-from memory_pipelines.facts import canonical_key, normalize_key, render_fact, validate_items
+from memory_pipelines.core.chunk_packing import CHUNK_MAX_CHARS, Chunk, chunk_breadcrumbs, chunk_line, pack_chunks
+from memory_pipelines.core.fact_extraction import canonical_key, normalize_key, render_fact, validate_items
 from memory_pipelines.llm.backends import render_chunk
 from memory_pipelines.records import Message
 from memory_pipelines.rules.facts import extract_facts
-from memory_pipelines.summaries import rendered_length
+from memory_pipelines.core.summary_fold import rendered_length
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
 

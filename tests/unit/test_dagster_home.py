@@ -3,7 +3,7 @@ and planned once per asset, unless the user chose otherwise."""
 
 import os
 
-from assets.runner import EVENT_BATCH_SIZE, EVENT_BATCH_SWITCH, PLANNED_EVENTS_SWITCH, ensure_dagster_home
+from assets.run.runner import EVENT_BATCH_SIZE, EVENT_BATCH_SWITCH, PLANNED_EVENTS_SWITCH, ensure_dagster_home
 
 
 def _unset(monkeypatch, *names: str) -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_pipelines.knowledge import DecayCandidate, Triple, plan_decay, states, superseded_by
+from memory_pipelines.core.knowledge_entries import DecayCandidate, Triple, plan_decay, states, superseded_by
 
 AS_OF = datetime(2027, 6, 1, tzinfo=UTC)
 RULES = {"min_age": timedelta(days=90), "threshold": 0.5, "base_rate": 0.001, "decay_facts": False,

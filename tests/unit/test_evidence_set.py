@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from memory_pipelines.bench import Read, recall_within
-from memory_pipelines.evidence_set import CATEGORIES, load_questions, write_evidence_set
+from memory_pipelines.bench.evidence_set import CATEGORIES, load_questions, write_evidence_set
+from memory_pipelines.bench.retrieval import Read, recall_within
 
 
 def test_the_set_is_deterministic_with_every_category_and_real_evidence(tmp_path):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_pipelines.knowledge import decay_score, entry_key, importance, prepare, resolved_errors
+from memory_pipelines.core.knowledge_entries import decay_score, entry_key, importance, prepare, resolved_errors
 from memory_pipelines.records import Message
 from memory_pipelines.pii import sanitize
 

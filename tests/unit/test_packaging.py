@@ -31,7 +31,7 @@ def test_wheel_carries_sql_samples_and_schema_and_finds_them(tmp_path):
     assert "memory_pipelines/_sql/migrations/0001_core.sql" in names
     assert "memory_pipelines/_sql/queries/transcript_scan.sql" in names
     assert "memory_pipelines/schemas/transcript_message.schema.json" in names
-    assert "assets/definitions.py" in names and "assets/dagster_instance.yaml" in names
+    assert "assets/definitions.py" in names and "assets/run/dagster_instance.yaml" in names
     assert any(n.startswith("memory_pipelines/sample_data/transcripts/") for n in names)
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)

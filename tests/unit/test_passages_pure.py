@@ -13,7 +13,7 @@ from memory_pipelines.records import Message
 from memory_pipelines.passages import Budget, Passage, Turn, TurnSearch, _windows, fit_passage, fuse
 from memory_pipelines.timeexpr import time_range
 from memory_pipelines.rules.text import text_search_config
-from memory_pipelines.turns import build_turns, keys_in, render_body, window_text
+from memory_pipelines.core.turn_index import build_turns, keys_in, render_body, window_text
 
 T0 = datetime(2026, 10, 1, 12, tzinfo=UTC)
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_pipelines.facts import validate_items
-from memory_pipelines.knowledge import prepare
+from memory_pipelines.core.fact_extraction import validate_items
+from memory_pipelines.core.knowledge_entries import prepare
 from memory_pipelines.llm import ModelConfig, build_backend
 from memory_pipelines.llm.backends import render_chunk
 from memory_pipelines.llm.instant_server import Request, default_answer

@@ -1,5 +1,7 @@
-"""The stages' shared pieces: typed counts merge field by field, a window's days, progress."""
+"""The stages' shared pieces: typed counts merge field by field and come back from their
+metadata, a window's days, progress."""
 
+import json
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -8,6 +10,7 @@ from datetime import date, timedelta
 import pytest
 
 from memory_pipelines.stages.common import PROGRESS_MIN_DAYS, Counts, StageReport, Window, progress_bars
+from memory_pipelines.stages.transcripts import TranscriptCounts
 
 
 @dataclass
@@ -26,6 +29,20 @@ def test_counts_merge_adds_numbers_and_counters_and_keeps_the_newer_value():
     assert first.counts.metadata() == {"sessions": 5, "by_reason": {"greeting": 3, "thanks": 1},
                                        "as_of": "2026-01-02"}
     assert first.counts.headline() == "sessions 5"
+
+
+def test_counts_come_back_from_their_metadata_with_counters_as_counters():
+    counts = TranscriptCounts(partition_window="2026-01-01", read=7, quarantined=2, refusals_resolved=1,
+                              quarantined_by_reason=Counter(bad_json=2, too_large=1),
+                              events_skipped=Counter(snapshot=3), files_skipped_first=["a.jsonl"],
+                              table_rows={"messages": 5})
+    # as a materialization stores them: JSON, beside keys that are no count
+    stored = json.loads(json.dumps({"partitions": "2026-01-01", **counts.metadata(), "preview": "| |"}))
+    back = TranscriptCounts.from_metadata(stored)
+    assert back == counts
+    assert type(back.quarantined_by_reason) is Counter and type(back.events_skipped) is Counter
+    assert back.metadata() == counts.metadata()
+    assert ExampleCounts.from_metadata({"sessions": 2, "by_reason": {}, "as_of": ""}) == ExampleCounts(2)
 
 
 def _keys(days: int) -> tuple[str, ...]:

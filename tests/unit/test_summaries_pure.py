@@ -13,9 +13,9 @@ from memory_pipelines.records import Message, Summary, TimeWindow
 from memory_pipelines.rules.noise import judge_segments
 from memory_pipelines.rules.summary import overturned_entries, relevant_entries, summarize
 from memory_pipelines.rules.text import detect_language
-from memory_pipelines.segments import MAX_SEGMENTS_PER_CALL, pack_sessions
-from memory_pipelines.segments import cut_segments, judge_sessions
-from memory_pipelines.summaries import (
+from memory_pipelines.core.noise_filter import MAX_SEGMENTS_PER_CALL, pack_sessions
+from memory_pipelines.core.noise_filter import cut_segments, judge_sessions
+from memory_pipelines.core.summary_fold import (
     Day, DiscardFrom, FoldPlan, SummaryState, VersionBuilt, VersionsReused, chunk_messages, fold_session, rendered_length,
 )
 from tests.helpers import scan_location
@@ -223,7 +223,7 @@ def test_fold_reuses_versions_whose_inputs_did_not_change_and_rebuilds_after_a_c
     messages = _two_day_session()
     plan = FoldPlan("s1", "u1", SummaryState(), _days("2026-10-01", "2026-10-02"), messages)
     first = [e.version for e in fold_session(plan, RULES, RULES, "en") if isinstance(e, VersionBuilt)]
-    from memory_pipelines.summaries import StoredVersion
+    from memory_pipelines.core.summary_fold import StoredVersion
     stored = [StoredVersion(v.version, v.partition_key, v.step, v.step_count, v.fingerprint, v.summary,
                             v.cursor_seq, v.cursor_ts) for v in first]
     again = list(fold_session(FoldPlan("s1", "u1", SummaryState(), plan.days, messages, stored), RULES, RULES, "en"))

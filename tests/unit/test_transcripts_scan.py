@@ -18,7 +18,7 @@ from memory_pipelines.records import QuarantineReason, TimeWindow
 from memory_pipelines.sources import SourceSettings, open_source
 from memory_pipelines.sources.base import NotATranscriptFile
 from memory_pipelines.sources.files import MemoryIndex
-from memory_pipelines.transcripts import describe_skipped
+from memory_pipelines.core.transcript_scan import describe_skipped
 from tests.helpers import location_days, scan_location as scan_transcripts
 
 
@@ -341,7 +341,7 @@ def test_kept_batches_leave_least_recently_read_first_once_over_the_budget(tmp_p
     """The validated files a run keeps: over the budget, the batch read longest ago goes
     first (its connection closed) and the newest always stays."""
     from memory_pipelines.sources import files
-    from memory_pipelines.transcripts import to_us
+    from memory_pipelines.core.transcript_scan import to_us
 
     source = _source(tmp_path)
     for day in ("03", "04", "05"):

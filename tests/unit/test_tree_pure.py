@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_pipelines.chunks import Chunk
-from memory_pipelines.tree import (
+from memory_pipelines.core.chunk_packing import Chunk
+from memory_pipelines.core.temporal_tree import (
     EntityItem, Span, build_entity_tree, build_scene_tree, build_session_tree, descend, sentences,
 )
 

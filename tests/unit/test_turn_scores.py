@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_pipelines.knowledge import decay_terms
-from memory_pipelines.turns import UNCITED_TURN_IMPORTANCE, Citation, TurnCandidate, cite_turns, score_turns
+from memory_pipelines.core.knowledge_entries import decay_terms
+from memory_pipelines.core.turn_index import UNCITED_TURN_IMPORTANCE, Citation, TurnCandidate, cite_turns, score_turns
 
 AS_OF = datetime(2026, 10, 31, 12, tzinfo=UTC)
 

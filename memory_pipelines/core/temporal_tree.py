@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
 
-from memory_pipelines.chunks import Chunk
+from memory_pipelines.core.chunk_packing import Chunk
 from memory_pipelines.rules.text import clip, content_words
 
 MAX_CHILDREN = 8
@@ -42,7 +42,7 @@ LEAF_SENTENCES = 2
 MODEL = "rules"
 FOREST_BEAM = 6  # nodes kept at each depth of a descent
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
-# a chunk's lines (memory_pipelines.chunks): a message starts with its role's prefix and runs
+# a chunk's lines (memory_pipelines.core.chunk_packing): a message starts with its role's prefix and runs
 # to the next one; a message's tool call is a line of its own
 _MESSAGE_START = re.compile(r"^(User|Assistant|Tool result \([^)]*\)): ?")
 _TOOL_CALL = "[Tool call]"

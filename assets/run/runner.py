@@ -36,6 +36,7 @@ from memory_pipelines.db.queries import query
 from memory_pipelines.interrupts import deferred_stop
 from memory_pipelines.shards import Shard
 from memory_pipelines.stages.common import progress_bars
+from memory_pipelines.stages.transcripts import TranscriptCounts
 
 DAGSTER_SCHEMA = "dagster"
 
@@ -322,12 +323,11 @@ def run_range(keys: Sequence[str], echo: Callable[[str], None] = print, shard: i
     # one materialization per day; the range's counts are on its last day's
     last = partition_key(keys[-1], shard)
     ingested = next(m for m in result.asset_materializations_for_node("transcripts") if m.partition == last)
+    counts = TranscriptCounts.from_metadata({key: entry.value for key, entry in ingested.metadata.items()})
     sys.stdout.flush()
     return RangeRun(keys[0], keys[-1], len(keys), result.run_id, time.perf_counter() - started,
-                    ingested.metadata["read"].value, ingested.metadata["quarantined"].value,
-                    Counter(ingested.metadata["quarantined_by_reason"].value), shard,
-                    Counter(ingested.metadata["events_skipped"].value),
-                    ingested.metadata["refusals_resolved"].value)
+                    counts.read, counts.quarantined, counts.quarantined_by_reason, shard,
+                    counts.events_skipped, counts.refusals_resolved)
 
 
 def _first_failed_step(result: dg.ExecuteInProcessResult | dg.JobExecutionResult) -> str | None:

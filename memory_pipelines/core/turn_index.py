@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from memory_pipelines.knowledge import DecayTerms, decay_terms
-from memory_pipelines.knowledge import importance as knowledge_importance
+from memory_pipelines.core.knowledge_entries import DecayTerms, decay_terms
+from memory_pipelines.core.knowledge_entries import importance as knowledge_importance
 from memory_pipelines.records import Message, TurnRow
 from memory_pipelines.rules.text import content_words, detect_language, text_search_config
 

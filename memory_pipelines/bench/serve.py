@@ -29,8 +29,8 @@ import httpx
 import psycopg
 
 from memory_pipelines.api import keys
-from memory_pipelines.bench_search.timing import Latency, load_average
-from memory_pipelines.bench import QUESTIONS
+from memory_pipelines.bench.needles import QUESTIONS
+from memory_pipelines.bench.search.timing import Latency, load_average
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import embed_config
 from memory_pipelines.ports import free_port

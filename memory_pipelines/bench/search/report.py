@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from memory_pipelines.bench_search.timing import RECALL_K, SearchBenchResult
+from memory_pipelines.bench.search.timing import RECALL_K, SearchBenchResult
 
 
 def markdown(result: SearchBenchResult) -> str:

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import numpy as np
 
-from memory_pipelines.knowledge import Triple, superseded_by
+from memory_pipelines.core.knowledge_entries import Triple, superseded_by
 from memory_pipelines.search.base import Plan, SearchBase
 from memory_pipelines.search.chunks import CHUNK_MAX_DISTANCE
 from memory_pipelines.search.fusion import fuse_rrf

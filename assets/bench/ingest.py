@@ -3,7 +3,7 @@
 from an S3 server on 127.0.0.1: peak resident memory and messages/s of one day's
 materialization and of one run over the whole range.
 
-Each measurement runs in a process of its own (`python -m assets.bench_ingest WORKER_ARGS`),
+Each measurement runs in a process of its own (`python -m assets.bench.ingest WORKER_ARGS`),
 whose peak resident set the parent reads from `wait4`, so one scenario's memory never counts
 against another's.
 """
@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from assets.bench import environment
 from memory_pipelines.config import Settings
 from memory_pipelines.generator import DayFilesConfig, write_day_files
 from memory_pipelines.ports import free_port
@@ -75,7 +76,7 @@ def _worker(location: str, url: str, first: str, last: str, endpoint: str | None
 
     fixed_start()  # the run's database is the benchmark's own, not the one the partitions would start from
     from assets.resources import PostgresResource, TranscriptSourceResource
-    from assets.transcripts import transcripts
+    from assets.ingestion import transcripts
 
     resources = {"postgres": PostgresResource(database_url=url),
                  "transcript_source": TranscriptSourceResource(location=location, s3_endpoint_url=endpoint)}
@@ -94,7 +95,7 @@ def _worker(location: str, url: str, first: str, last: str, endpoint: str | None
 def _measure(source: str, scenario: str, location: str, url: str, first: str, last: str,
              endpoint: str | None) -> IngestRun:
     with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "assets.bench_ingest", json.dumps(
+        proc = subprocess.Popen([sys.executable, "-m", "assets.bench.ingest", json.dumps(
             {"location": location, "url": url, "first": first, "last": last, "endpoint": endpoint})], stdout=out)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -130,13 +131,8 @@ def _s3_copy(folder: Path) -> Iterator[tuple[str, str]]:
             with writer.open_output_stream(f"{BUCKET}/{path.relative_to(folder).as_posix()}") as stream:
                 stream.write(path.read_bytes())
         credentials = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
-        saved = {k: os.environ.get(k) for k in credentials}
-        os.environ.update(credentials)  # what the measured processes read the bucket with
-        try:
+        with environment(credentials):  # what the measured processes read the bucket with
             yield f"s3://{BUCKET}", endpoint
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -144,7 +140,7 @@ def _s3_copy(folder: Path) -> Iterator[tuple[str, str]]:
 
 def run_ingest_benchmark(config: DayFilesConfig, *, s3: bool = True,
                          echo: Callable[[str], None] = print) -> IngestBench:
-    from assets.benchmarks import fresh_database
+    from memory_pipelines.bench.database import fresh_database
     from memory_pipelines.db.connection import close_pools, get_pool
 
     settings = Settings.from_env()

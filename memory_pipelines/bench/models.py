@@ -18,14 +18,14 @@ from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
-from memory_pipelines.bench import percentile
+from memory_pipelines.bench.retrieval import percentile
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
-from memory_pipelines.facts import validate_items
-from memory_pipelines.knowledge import prepare
+from memory_pipelines.core.fact_extraction import validate_items
+from memory_pipelines.core.knowledge_entries import prepare
 from memory_pipelines.llm.backends import ModelCall, ModelError, PromptedBackend, render_transcript
 from memory_pipelines.records import Distillation, Message, Summary, TimeWindow
-from memory_pipelines.segments import cut_segments
-from memory_pipelines.summaries import chunk_messages
+from memory_pipelines.core.noise_filter import cut_segments
+from memory_pipelines.core.summary_fold import chunk_messages
 from memory_pipelines.sources import SourceSettings, inventory_of, open_source
 from memory_pipelines.sources.files import MemoryIndex
 

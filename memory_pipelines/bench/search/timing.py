@@ -12,8 +12,8 @@ import numpy as np
 import psycopg
 from memory_pipelines.db.vectors import register_vector_types
 
-from memory_pipelines.bench_search.build import SearchBenchConfig, TurnIndexSize, prepare_database
-from memory_pipelines.bench_search.queries import BenchQuery, draw_queries
+from memory_pipelines.bench.search.build import SearchBenchConfig, TurnIndexSize, prepare_database
+from memory_pipelines.bench.search.queries import BenchQuery, draw_queries
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder
 from memory_pipelines.passages import TurnSearch

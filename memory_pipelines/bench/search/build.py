@@ -1,5 +1,6 @@
 """The benchmark database: its parameters and name, the rows made in seeded batches and
-copied in, the indexes built after the load, and reuse while the parameters match."""
+copied in, the indexes built after the load, and reuse while the parameters match
+(`memory_pipelines.bench.database`)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit
 
 import numpy as np
 import psycopg
 from memory_pipelines.db.vectors import register_vector_types
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
-from memory_pipelines.bench_search.generate import WordModel, bulk_embedder
-from memory_pipelines.db.connection import with_database
-from memory_pipelines.db.migrations import MigrationError, migrate
+from memory_pipelines.bench.database import reused_or_built
+from memory_pipelines.bench.search.generate import WordModel, bulk_embedder
 from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder
 
@@ -214,9 +212,8 @@ def _load_turns(conn: psycopg.Connection, config: SearchBenchConfig, model: Word
 
 
 def build(url: str, config: SearchBenchConfig, embedder: Embedder,
-          progress: Callable[[str], None] = lambda _: None) -> tuple[float, TurnIndexSize | None]:
-    """Fill the (migrated, empty) benchmark database; returns the seconds it took and, with
-    turns, what their index costs."""
+          progress: Callable[[str], None] = lambda _: None) -> TurnIndexSize | None:
+    """Fill the (migrated, empty) benchmark database; returns, with turns, what their index costs."""
     began = time.perf_counter()
     model = WordModel(config.seed, config.users)
     embed = bulk_embedder(embedder)
@@ -244,11 +241,13 @@ def build(url: str, config: SearchBenchConfig, embedder: Embedder,
             conn.execute(sql.SQL(query("bench_vacuum_analyze")).format(table=sql.Identifier(table)))
             if table == "memory_turns":
                 index_seconds = time.perf_counter() - started
-        size = None
-        if config.turns:
-            table_bytes, index_bytes = conn.execute(query("bench_turn_sizes")).fetchone()
-            size = TurnIndexSize(table_bytes, index_bytes, round(loaded - turns_began, 1), round(index_seconds, 1))
-    return time.perf_counter() - began, size
+        if not config.turns:
+            return None
+        table_bytes, index_bytes = conn.execute(query("bench_turn_sizes")).fetchone()
+        size = TurnIndexSize(table_bytes, index_bytes, round(loaded - turns_began, 1), round(index_seconds, 1))
+        conn.execute(query("bench_meta_turn_columns"))
+        conn.execute(query("bench_meta_turn_build"), {"load": size.load_seconds, "index": size.index_seconds})
+    return size
 
 
 def prepare_database(admin_url: str, config: SearchBenchConfig, embedder: Embedder, *, rebuild: bool = False,
@@ -257,43 +256,19 @@ def prepare_database(admin_url: str, config: SearchBenchConfig, embedder: Embedd
     """The benchmark database's URL, whether it was reused, and its build time. Only ever
     creates or drops the database named for `config`, never the one `admin_url` names."""
     name = config.database
-    if not name.startswith(DATABASE_PREFIX + "_") or urlsplit(admin_url).path.lstrip("/") == name:
-        raise ValueError(f"refusing to use {name!r} as the benchmark database")
-    url = with_database(admin_url, name)
-    params = _params(config, embedder)
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        exists = admin.execute(query("bench_database_exists"), {"name": name}).fetchone()[0]
-    if exists and not rebuild:
-        with psycopg.connect(url) as conn:
-            conn.execute(query("bench_meta_create"))
-            conn.execute(query("bench_meta_turn_columns"))
-            meta = conn.execute(query("bench_meta_read")).fetchone()
-        if meta and meta[0] == params and meta[1]:
-            try:
-                migrate(url)  # a newer schema applies to the data already there
-                return url, True, meta[2], _turn_size(url, config)
-            except MigrationError as exc:
-                progress(f"{name} cannot be migrated ({exc}): rebuilding")
-        else:
-            progress(f"{name} was built from other parameters or not finished: rebuilding")
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        if exists:
-            admin.execute(sql.SQL(query("bench_drop_database")).format(database=sql.Identifier(name)))
-        admin.execute(sql.SQL(query("bench_create_database")).format(database=sql.Identifier(name)))
-    migrate(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(query("bench_meta_create"))
-        conn.execute(query("bench_meta_turn_columns"))
-        conn.execute(query("bench_meta_start"), {"params": Jsonb(params)})
-    progress(f"building {name}: {config.chunks:,} chunks, {config.facts:,} facts, {config.turns:,} turns, "
-             f"{config.users:,} users")
-    seconds, size = build(url, config, embedder, progress)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(query("bench_meta_complete"), {"seconds": seconds})
-        if size is not None:
-            conn.execute(query("bench_meta_turn_build"), {"load": size.load_seconds, "index": size.index_seconds})
+    built: list[TurnIndexSize | None] = []
+
+    def fill(url: str) -> None:
+        progress(f"building {name}: {config.chunks:,} chunks, {config.facts:,} facts, {config.turns:,} turns, "
+                 f"{config.users:,} users")
+        built.append(build(url, config, embedder, progress))
+
+    url, reused, seconds = reused_or_built(admin_url, name, _params(config, embedder), fill, rebuild=rebuild,
+                                           progress=progress)
+    if reused:
+        return url, True, seconds, _turn_size(url, config)
     progress(f"built in {seconds:.0f}s")
-    return url, False, seconds, size
+    return url, False, seconds, built[0]
 
 
 def _turn_size(url: str, config: SearchBenchConfig) -> TurnIndexSize | None:
@@ -301,6 +276,7 @@ def _turn_size(url: str, config: SearchBenchConfig) -> TurnIndexSize | None:
     if not config.turns:
         return None
     with psycopg.connect(url) as conn:
+        conn.execute(query("bench_meta_turn_columns"))
         table_bytes, index_bytes = conn.execute(query("bench_turn_sizes")).fetchone()
         load, index = conn.execute(query("bench_meta_turn_build_read")).fetchone()
     return TurnIndexSize(table_bytes, index_bytes, load or 0.0, index or 0.0)

@@ -1,4 +1,5 @@
-"""`memory-pipelines bench distill|cost|backfill`: generated transcripts through the whole asset graph.
+"""`memory-pipelines bench distill|cost|backfill`: generated transcripts through the whole asset graph;
+and the labelled evidence set through it for `bench retrieval` (`evidence_database`).
 
 Both run in a database of their own on the configured server (`memory_bench_distill`,
 rebuilt each time), never in the user's. `distill` uses the offline back ends (rules,
@@ -22,57 +23,33 @@ from pathlib import Path
 import dagster as dg
 import psutil
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
+from assets.bench import environment
 from assets.partition_start import fixed_start
 
 # A benchmark distills generated transcripts into a database of its own: the partitions, defined
 # when assets.partitions is imported below, must not start at the first day of the pipeline's.
 fixed_start()
 
-from assets.dask_executor import local_cluster
+from assets.run.dask_executor import local_cluster
 from assets.partitions import SHARDS
-from assets.runner import (
+from assets.run.runner import (
     PROGRESS_RUN_CONFIG, ensure_dagster_home, partition_keys_between, progress_logger, run_range, run_shards,
 )
-from memory_pipelines.bench import BackfillBench, DatabaseLoad, DistillBench, PurposeUsage
+from memory_pipelines.bench.database import fresh_database, reused_or_built
+from memory_pipelines.bench.distill import BackfillBench, DatabaseLoad, DistillBench, PurposeUsage
+from memory_pipelines.bench.evidence_set import EvidenceSet, write_evidence_set
 from memory_pipelines.config import Settings
-from memory_pipelines.db import repository
-from memory_pipelines.db.connection import close_pools, get_pool, resolve_url, with_database
+from memory_pipelines.db import transcripts as transcripts_db
+from memory_pipelines.db.connection import close_pools, get_pool, resolve_url
 from memory_pipelines.db.queries import query
-from memory_pipelines.evidence_set import EvidenceSet, write_evidence_set
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from memory_pipelines.llm.instant_server import InstantModelServer
 from memory_pipelines.quality_gates import expectations
 from memory_pipelines.sources import inventory_of
 
 BENCH_DATABASE = "memory_bench_distill"
-
-
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """The run reads its resources from the environment: set them for the benchmark only."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def fresh_database(settings: Settings, database: str = BENCH_DATABASE) -> str:
-    """A benchmark's own database, empty (dropped first if it exists)."""
-    server = resolve_url(settings.database_url, settings.home)
-    with psycopg.connect(server, autocommit=True) as conn:
-        for name in ("drop_database", "create_database"):
-            conn.execute(sql.SQL(query(name)).format(name=sql.Identifier(database)))
-    return with_database(server, database)
 
 
 def _stage_seconds(run_id: str) -> dict[str, float]:
@@ -199,7 +176,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
         transcripts = Path(folder) / "transcripts"
         stats = write_transcripts(transcripts, config)
         echo(f"generated {stats.messages:,} messages in {stats.sessions:,} sessions of {stats.users:,} users")
-        url = fresh_database(settings)
+        url = fresh_database(settings, BENCH_DATABASE)
         found = inventory_of(str(transcripts))
         first, last, days_with_data = found.first_day, found.last_day, found.days
         server = InstantModelServer() if cost else None
@@ -209,7 +186,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
             env.update({f"{prefix}_{name}": value for prefix in ("MEMORY_LLM", "MEMORY_DECISION")
                         for name, value in (("BACKEND", "ollama"), ("BASE_URL", server.url), ("MODEL", "instant"))})
         try:
-            with _environment(env), ExitStack() as stack:
+            with environment(env), ExitStack() as stack:
                 ensure_dagster_home(settings.home, url)
                 # set-up, not distillation, stays outside the timing: migrations, Dagster's
                 # storage, the dask cluster
@@ -218,7 +195,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
                 expectations.prepare()
                 if executor == "dask":
                     address = stack.enter_context(local_cluster(dict(os.environ), Path(folder) / "logs"))
-                    stack.enter_context(_environment({"MEMORY_EXECUTOR": "dask", "MEMORY_DASK_SCHEDULER": address}))
+                    stack.enter_context(environment({"MEMORY_EXECUTOR": "dask", "MEMORY_DASK_SCHEDULER": address}))
                 keys = partition_keys_between(first.isoformat(), last.isoformat())
                 with _database_load(url) as load:
                     started = time.perf_counter()
@@ -228,7 +205,7 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
                     usage = {row[0]: PurposeUsage(*row[1:]) for row in conn.execute(query("model_usage_by_purpose"))}
                     summarized = conn.execute(query("summarized_session_days")).fetchone()[0]
                     sizes = dict(conn.execute(query("table_sizes")).fetchall())
-                    messages = repository.row_counts(conn, ["messages"])["messages"]
+                    messages = transcripts_db.row_counts(conn, ["messages"])["messages"]
                 # a stage's time: its longest shard's
                 stages = {}
                 for ran in runs:
@@ -275,30 +252,17 @@ def evidence_database(users: int, seed: int, embedder_id: str, *, rebuild: bool 
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(folder.rglob("*.json*")))).hexdigest()
     params = {"users": users, "seed": seed, "embedder": embedder_id, "set": digest}
     server = resolve_url(settings.database_url, settings.home)
-    url = with_database(server, name)
-    with psycopg.connect(server, autocommit=True) as admin:
-        exists = admin.execute(query("bench_database_exists"), {"name": name}).fetchone()[0]
-    if exists and not rebuild:
-        with psycopg.connect(url) as conn:
-            conn.execute(query("bench_meta_create"))
-            meta = conn.execute(query("bench_meta_read")).fetchone()
-        if meta is not None and meta[0] == params and meta[1]:
-            echo(f"reusing {name} (built in {meta[2]:.0f} s)")
-            return url, written
-    with psycopg.connect(server, autocommit=True) as admin:
-        for statement in ("bench_drop_database", "bench_create_database"):
-            admin.execute(sql.SQL(query(statement)).format(database=sql.Identifier(name)))
-    echo(f"building {name}: {written.messages:,} messages of {written.users} users through the whole graph")
-    started = time.perf_counter()
-    with _environment({"MEMORY_DATABASE_URL": url, "MEMORY_TRANSCRIPTS": str(written.transcripts)}):
-        ensure_dagster_home(settings.home, url)
-        with get_pool(url).connection() as conn:
-            conn.execute(query("bench_meta_create"))
-            conn.execute(query("bench_meta_start"), {"params": Jsonb(params)})
-        found = inventory_of(str(written.transcripts))
-        run_range(partition_keys_between(found.first_day.isoformat(), found.last_day.isoformat()),
-                  echo=lambda line: echo(line) if line.startswith("[") else None)
-        with get_pool(url).connection() as conn:
-            conn.execute(query("bench_meta_complete"), {"seconds": time.perf_counter() - started})
-    close_pools()
+
+    def distill(url: str) -> None:
+        echo(f"building {name}: {written.messages:,} messages of {written.users} users through the whole graph")
+        with environment({"MEMORY_DATABASE_URL": url, "MEMORY_TRANSCRIPTS": str(written.transcripts)}):
+            ensure_dagster_home(settings.home, url)
+            found = inventory_of(str(written.transcripts))
+            run_range(partition_keys_between(found.first_day.isoformat(), found.last_day.isoformat()),
+                      echo=lambda line: echo(line) if line.startswith("[") else None)
+        close_pools()
+
+    url, reused, seconds = reused_or_built(server, name, params, distill, rebuild=rebuild, progress=echo)
+    if reused:
+        echo(f"reusing {name} (built in {seconds:.0f} s)")
     return url, written

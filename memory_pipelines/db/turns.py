@@ -1,0 +1,51 @@
+"""The turn-level index and its BM25 statistics (`sql/queries/turns.sql`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+
+from memory_pipelines.db.queries import query
+from memory_pipelines.db.rows import grouped
+from memory_pipelines.records import TurnRow
+
+
+def sessions_search_keys(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, list[str]]:
+    """Each session's chunk breadcrumbs and summary keys, sorted."""
+    return grouped(conn.execute(query("sessions_search_keys"), {"session_ids": list(session_ids)}))
+
+
+def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequence[TurnRow],
+                run_id: str) -> tuple[int, int]:
+    """The sessions' turns as `rows` say (unchanged ones untouched, the others' gone);
+    returns (written, removed). Only changed rows are sent: a turn's text search vector is
+    computed by the server for every row sent, and most of a session's turns are unchanged
+    when it is indexed again."""
+    stored = {(session_id, seq): hashes for session_id, seq, *hashes in conn.execute(
+        query("stored_turn_hashes"), {"session_ids": list(session_ids)})}
+    changed = []
+    for r in rows:
+        content_hash = r.content_hash
+        if stored.get((r.session_id, r.seq)) != [content_hash, r.window_hash]:
+            changed.append((r.session_id, r.seq, r.user_id, r.pos, r.role, r.ts, r.language, r.body, list(r.keys),
+                            content_hash, r.window_hash))
+    written = 0
+    if changed:
+        conn.execute(query("create_turn_load"))
+        with conn.cursor().copy(query("copy_turn_load")) as copy:
+            for row in changed:
+                copy.write_row(row)
+        written = conn.execute(query("upsert_turns_from_load"), {"run_id": run_id}).rowcount
+        conn.execute(query("drop_turn_load"))  # a second batch in the same transaction starts empty
+    removed = conn.execute(query("delete_turns_except"), {
+        "session_ids": list(session_ids), "kept_sessions": [r.session_id for r in rows],
+        "kept_seqs": [r.seq for r in rows]}).rowcount
+    return written, removed
+
+
+def refresh_turn_stats(conn: psycopg.Connection, user_ids: Sequence[str]) -> None:
+    """BM25's corpus statistics of these users, counted again from their turns."""
+    if user_ids:
+        conn.execute(query("delete_turn_stats"), {"user_ids": list(user_ids)})
+        conn.execute(query("insert_turn_stats"), {"user_ids": list(user_ids)})
