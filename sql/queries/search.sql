@@ -74,12 +74,14 @@ LIMIT %(scan_limit)s;
 -- does not stem, `report` should find `reports`) and are ranked on whole terms (`rank`).
 -- Both are bound values, so the planner sees how common the terms are and picks the GIN
 -- index or the user's rows (a few hundred per user: it took the latter at 200k and 1M).
+-- A named session holds its subagents' sessions (`<session>:agent-<id>`, docs/formats.md).
 WITH by_vector AS (
     SELECT id, embedding <=> %(vector)s::halfvec AS distance,
            row_number() OVER (ORDER BY embedding <=> %(vector)s::halfvec, id) AS vector_rank
     FROM memory_chunks
     WHERE embedding_model = %(model)s AND (%(all_users)s OR user_id = %(user_id)s)
-      AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+      AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s
+           OR starts_with(session_id, %(session_id)s || ':agent-'))
       AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
            OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = memory_chunks.session_id))
     ORDER BY embedding <=> %(vector)s::halfvec, id
@@ -90,7 +92,8 @@ by_text AS (
                                            ended_at DESC, id) AS text_rank
     FROM memory_chunks
     WHERE content_tsv @@ to_tsquery('simple', %(match)s) AND (%(all_users)s OR user_id = %(user_id)s)
-      AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+      AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s
+           OR starts_with(session_id, %(session_id)s || ':agent-'))
       AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
            OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = memory_chunks.session_id))
     ORDER BY ts_rank(content_tsv, to_tsquery('simple', %(rank)s)) DESC, ended_at DESC, id
@@ -106,7 +109,9 @@ ORDER BY v.vector_rank NULLS LAST, t.text_rank;
 SELECT id, user_id, session_id, start_seq, end_seq, started_at, ended_at, content, breadcrumbs,
        NULL::float8 AS distance
 FROM memory_chunks
-WHERE (%(all_users)s OR user_id = %(user_id)s) AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s)
+WHERE (%(all_users)s OR user_id = %(user_id)s)
+  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s
+       OR starts_with(session_id, %(session_id)s || ':agent-'))
   AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = memory_chunks.session_id))
 ORDER BY ended_at DESC, id DESC

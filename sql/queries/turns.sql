@@ -73,6 +73,7 @@ SELECT user_id, language, count(*), sum(body_length) FROM memory_turns WHERE use
 GROUP BY user_id, language;
 
 -- name: turn_text_search
+-- A named session holds its subagents' sessions (`<session>:agent-<id>`, docs/formats.md).
 -- BM25 over the user's turns (every user's with all_users): the query stemmed in each
 -- language the user's turns are in, candidates from the turns holding any of its lexemes
 -- (so each lexeme's document frequency is exact; the owner's lexeme keeps the index to the
@@ -99,7 +100,8 @@ candidates AS (
     SELECT t.user_id, t.session_id, t.seq, t.pos, t.ts, t.body_length, t.tsv
     FROM memory_turns t, q
     WHERE (%(all_users)s OR t.user_id = %(user_id)s) AND t.tsv @@ q.query
-      AND (%(session_id)s::text IS NULL OR t.session_id = %(session_id)s::text)
+      AND (%(session_id)s::text IS NULL OR t.session_id = %(session_id)s::text
+           OR starts_with(t.session_id, %(session_id)s::text || ':agent-'))
       -- a fork's turns only when asked for (or its session named)
       AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
            OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = t.session_id))
@@ -127,7 +129,8 @@ LIMIT %(limit)s;
 SELECT user_id, session_id, seq, pos, ts, (embedding <=> %(vector)s::halfvec)::float8 AS distance
 FROM memory_turns
 WHERE (%(all_users)s OR user_id = %(user_id)s) AND embedding_model = %(model)s
-  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s::text)
+  AND (%(session_id)s::text IS NULL OR session_id = %(session_id)s::text
+       OR starts_with(session_id, %(session_id)s::text || ':agent-'))
   AND (%(include_forks)s OR %(session_id)s::text IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = memory_turns.session_id))
   AND (%(since)s::timestamptz IS NULL OR ts >= %(since)s::timestamptz)

@@ -5,6 +5,7 @@ events are counted as skipped, and a subagent's brief never becomes the user's m
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -78,3 +79,14 @@ def test_a_claude_code_project_arrives_whole_and_a_subagent_brief_is_not_the_use
     # the distillation ran (something was learned), yet nothing binding the user came from a brief
     assert decisions > 0
     assert not [c for _, c in binding if any(w in c.lower() for w in BRIEF_WORDS)], binding
+    # a session's search holds its subagents' turns (found first by the user's search), never
+    # another session's: the copy in the export is not served for the main session
+    env = {**os.environ, "MEMORY_DATABASE_URL": database_url}
+    for scope, served in ((None, set(sessions)), (MAIN, sidechains | {MAIN})):
+        found = subprocess.run([str(ENTRY), "search", "lookup_currency invoices", "--user", "noor", "--json",
+                                *(["--session", scope] if scope else [])],
+                               capture_output=True, text=True, timeout=120, env=env)
+        assert found.returncode == 0, found.stderr
+        sessions_hit = {h["session_id"] for h in json.loads(found.stdout)["hits"] if h["source_type"] == "raw"}
+        assert sessions_hit and sessions_hit <= served, (scope, sessions_hit)
+        assert sessions_hit & sidechains
