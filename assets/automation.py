@@ -8,16 +8,17 @@ from datetime import UTC, date
 
 import dagster as dg
 
-from assets.partition_start import partition_start
+from assets.location import location_settings
+from assets.partition_start import start_in
 from assets.partitions import SHARD_TAG, SHARDS, daily_partitions, partition_key
-from assets.resources import PostgresResource
-from memory_pipelines.config import mask_url, setting
+from assets.resources import PostgresResource, TranscriptSourceResource
+from memory_pipelines.config import mask_url
 from memory_pipelines.db.connection import get_pool
-from memory_pipelines.sources import SourceSettings, open_source
+from memory_pipelines.sources import open_source
 from memory_pipelines.sources.base import TranscriptSourceError
 from memory_pipelines.sources.files import PostgresIndex
 
-AUTOMATION_ON = setting("MEMORY_AUTOMATION")
+AUTOMATION_ON = location_settings().automation
 DEFAULT_STATUS = dg.DefaultScheduleStatus.RUNNING if AUTOMATION_ON else dg.DefaultScheduleStatus.STOPPED
 
 
@@ -30,17 +31,19 @@ def shard_run(run_key: str, day: str, shard: int) -> dg.RunRequest:
                          tags={SHARD_TAG: str(shard)})
 
 
-def days_before_start(first: str, days: Sequence[date]) -> tuple[str, bool] | None:
+def days_before_start(first: str, days: Sequence[date], fixed_start: date | None,
+                      url: str) -> tuple[str, bool] | None:
     """What the sensor says of changed days before the first partition `first` (None: there
     are none), and whether their runs are requested once the code location loads again: they
-    are when a load now would start at them (MEMORY_PARTITION_START unset, their files
-    indexed); the sensor then keeps its cursor, and a run key it already requested is not
-    requested twice. Else they are left out, as days after today are."""
+    are when a load now would start at them (no `fixed_start`, MEMORY_PARTITION_START; their
+    files indexed in the database at `url`); the sensor then keeps its cursor, and a run key
+    it already requested is not requested twice. Else they are left out, as days after today
+    are."""
     early = [day.isoformat() for day in days if day.isoformat() < first]
     if not early:
         return None
     named = f"{len(early)} days from {early[0]} to {early[-1]}" if len(early) > 1 else early[0]
-    start = partition_start()
+    start = fixed_start or start_in(url)
     if start <= date.fromisoformat(early[0]):
         return (f"transcripts of {named} lie before the first partition, {first}: reload the code location (its "
                 f"partitions then start at {start}) and the next tick requests their runs"), True
@@ -50,7 +53,7 @@ def days_before_start(first: str, days: Sequence[date]) -> tuple[str, bool] | No
 
 
 def build_automation(job):
-    @dg.schedule(job=job, cron_schedule=setting("MEMORY_SCHEDULE_CRON"),
+    @dg.schedule(job=job, cron_schedule=location_settings().schedule_cron,
                  execution_timezone="UTC", default_status=DEFAULT_STATUS,
                  description="Distills today's partition every 15 minutes (MEMORY_SCHEDULE_CRON): sessions that "
                              "went stale are extracted, summaries move on; unchanged inputs cost no model call.")
@@ -64,8 +67,9 @@ def build_automation(job):
                description="Watches MEMORY_TRANSCRIPTS (a folder, an s3:// prefix or a postgresql:// table); new or "
                            "changed input requests a run for each day its records fall on, once (the cursor keeps "
                            "every file's size and modification time, or a table's watermark).")
-    def transcript_files_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource):
-        settings = SourceSettings.from_env()
+    def transcript_files_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
+                                transcript_source: TranscriptSourceResource):
+        settings = transcript_source.settings()
         seen = json.loads(context.cursor) if context.cursor else {}
         try:
             # the runs' own index: a file already scanned by a run (or an earlier tick, even
@@ -79,7 +83,8 @@ def build_automation(job):
         digest = hashlib.sha256(json.dumps([found.changed, found.cursor], sort_keys=True).encode()).hexdigest()[:12]
         requests = [shard_run(f"{day.isoformat()}:{digest}", day.isoformat(), shard)
                     for day in found.days if day.isoformat() in valid for shard in range(SHARDS)]
-        early = days_before_start(daily_partitions.get_first_partition_key(), found.days)
+        early = days_before_start(daily_partitions.get_first_partition_key(), found.days,
+                                  location_settings().partition_start, postgres.url())
         if early is not None:
             message, after_reload = early
             context.log.warning(message)

@@ -17,30 +17,27 @@ process can settle the start before the assets define their partitions.
 from __future__ import annotations
 
 import logging
-import os
+from dataclasses import replace
 from datetime import UTC, date, datetime
-from pathlib import Path
 
 import psycopg
 
-from memory_pipelines.config import default_home, is_set, mask_url, setting
+from memory_pipelines.config import Settings, mask_url
 from memory_pipelines.db import embedded
 from memory_pipelines.db.queries import query
 
 log = logging.getLogger(__name__)
 
 FALLBACK_START = date(2024, 1, 1)
-SETTING = "MEMORY_PARTITION_START"
 READ_TIMEOUT_S = 5  # to connect, and for the query: a slow database delays loading by no more
 
 
-def database_url() -> str | None:
+def database_url(settings: Settings) -> str | None:
     """The database to read the first day from: MEMORY_DATABASE_URL, else the embedded
     server of MEMORY_HOME when it runs (None when it does not: loading never starts it)."""
-    url = setting("MEMORY_DATABASE_URL")
-    if url:
-        return url
-    home = Path(setting("MEMORY_HOME") or default_home())
+    if settings.database_url:
+        return settings.database_url
+    home = settings.home
     if not (embedded.pgdata_dir(home) / "PG_VERSION").exists():
         return None
     return embedded.status(home).url
@@ -61,38 +58,43 @@ def first_transcript_day(url: str) -> date | None:
     return day
 
 
-def derived_start(today: date | None = None) -> date:
+def derived_start(settings: Settings, today: date | None = None) -> date:
     """The start when MEMORY_PARTITION_START is unset: the first transcript day the database
     knows, else FALLBACK_START; never after `today` (UTC)."""
-    today = today or datetime.now(UTC).date()
     try:
-        url = database_url()
+        url = database_url(settings)
     except Exception as exc:  # noqa: BLE001 - an unreadable embedded server must not break loading
         log.warning("daily partitions start at %s: no database to read the first transcript day from (%s)",
                     FALLBACK_START, exc)
         url = None
+    return start_in(url, today)
+
+
+def start_in(url: str | None, today: date | None = None) -> date:
+    """The first transcript day the database at `url` knows, else FALLBACK_START; never
+    after `today` (UTC)."""
     first = first_transcript_day(url) if url else None
-    return min(first or FALLBACK_START, today)
+    return min(first or FALLBACK_START, today or datetime.now(UTC).date())
 
 
-def partition_start(today: date | None = None) -> date:
+def partition_start(settings: Settings, today: date | None = None) -> date:
     """The first daily partition: MEMORY_PARTITION_START when set, else `derived_start`."""
-    return setting(SETTING) if is_set(SETTING) else derived_start(today)
+    return settings.partition_start or derived_start(settings, today)
 
 
-def follow_run(first_day: date | None) -> None:
-    """For a process about to run days from `first_day` on, before it imports the assets:
-    when MEMORY_PARTITION_START is unset and the derived start is later, the start moves back
-    to `first_day` (set in the environment, so that the processes the run starts agree). A
+def follow_run(settings: Settings, first_day: date | None) -> Settings:
+    """The settings of a process about to run days from `first_day` on, before it imports
+    the assets: when MEMORY_PARTITION_START is unset and the derived start is later, the
+    start moves back to `first_day` (handed to the processes the run starts with the rest). A
     source the database has not indexed (a postgresql:// table) needs it; a set
     MEMORY_PARTITION_START is left as it is (the run then refuses days before it)."""
-    if first_day is not None and not is_set(SETTING) and first_day < derived_start():
-        os.environ[SETTING] = first_day.isoformat()
+    if first_day is not None and settings.partition_start is None and first_day < derived_start(settings):
+        return replace(settings, partition_start=first_day)
+    return settings
 
 
-def fixed_start() -> None:
-    """For a process that distills into a database of its own (the benchmarks), before it
-    imports the assets: the partitions start at FALLBACK_START (or MEMORY_PARTITION_START),
-    not at the first day of the pipeline's own database."""
-    if not is_set(SETTING):
-        os.environ[SETTING] = FALLBACK_START.isoformat()
+def fixed_start(settings: Settings) -> Settings:
+    """The settings of a process that distills into a database of its own (the benchmarks),
+    before it imports the assets: the partitions start at FALLBACK_START (or
+    MEMORY_PARTITION_START), not at the first day of the pipeline's own database."""
+    return replace(settings, partition_start=settings.partition_start or FALLBACK_START)

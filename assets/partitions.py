@@ -2,19 +2,21 @@
 
 import dagster as dg
 
+from assets.location import location_settings
 from assets.partition_start import partition_start
-from memory_pipelines.config import setting
 from memory_pipelines.shards import Shard
+
+SETTINGS = location_settings()
 
 # Where the data starts (MEMORY_PARTITION_START, else the first transcript day the database
 # knows, else 2024-01-01: assets/partition_start.py), read once on import. end_offset=1:
 # today's partition exists, so the sensor and schedule can ingest it as it grows.
-PARTITION_START = partition_start()
+PARTITION_START = partition_start(SETTINGS)
 daily_partitions = dg.DailyPartitionsDefinition(
     start_date=PARTITION_START.isoformat(), timezone="UTC", end_offset=1
 )
 
-SHARDS = setting("MEMORY_SHARDS")
+SHARDS = SETTINGS.shards
 DAY, SHARD = "day", "shard"  # the dimensions; Dagster writes a key "DAY|SHARD" (it orders them by name)
 SHARD_TAG = "memory/shard"  # on every run of one shard: the UI groups by it, the coordinator limits by it
 
@@ -52,8 +54,8 @@ def split_partition_keys(keys: list[str]) -> tuple[tuple[str, ...], Shard]:
 # run again after a pause; every stage is idempotent and writes in transactions, so a retry
 # starts from what the failed attempt committed. MEMORY_RETRY_MAX=0 turns retries off.
 TRANSIENT_RETRIES = dg.RetryPolicy(
-    max_retries=setting("MEMORY_RETRY_MAX"),
-    delay=setting("MEMORY_RETRY_DELAY"),
+    max_retries=SETTINGS.retry_max,
+    delay=SETTINGS.retry_delay,
     backoff=dg.Backoff.EXPONENTIAL,
     jitter=dg.Jitter.PLUS_MINUS,
 )

@@ -1,7 +1,5 @@
-"""Resources configured from environment variables (see README, Configuration)."""
+"""The Dagster resources, built from the process's settings (`resources_from`)."""
 
-
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
@@ -11,7 +9,7 @@ import dagster as dg
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.config import SPECS, DecaySettings, default_home, setting
+from memory_pipelines.config import SPECS, DecaySettings, Settings, default_home
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.db.connection import get_pool, resolve_url
 from memory_pipelines.embed import EmbedConfig, Embedder, build_embedder, embed_config
@@ -90,10 +88,10 @@ class ModelResource(dg.ConfigurableResource):
     settings_prefix: str = "MEMORY_LLM"
 
     @classmethod
-    def from_config(cls, config: ModelConfig, prefix: str, *api_key_vars: str) -> "ModelResource":
+    def from_config(cls, config: ModelConfig, prefix: str, settings: Settings, *key_settings: str) -> "ModelResource":
         # The key stays an EnvVar, so Dagster never shows or stores its value.
-        set_vars = [v for v in api_key_vars if os.environ.get(v, "").strip()]
-        api_key = dg.EnvVar(set_vars[0]) if config.api_key and set_vars else None
+        named = [name for name in key_settings if getattr(settings, SPECS[name].field)]
+        api_key = dg.EnvVar(named[0]) if config.api_key and named else None
         return cls(**{**asdict(config), "api_key": api_key, "settings_prefix": prefix})
 
     def config(self) -> ModelConfig:
@@ -143,8 +141,7 @@ class EmbedderResource(dg.ConfigurableResource):
 
     @classmethod
     def from_config(cls, config: EmbedConfig) -> "EmbedderResource":
-        key_set = os.environ.get("MEMORY_EMBED_API_KEY", "").strip()
-        return cls(**{**asdict(config), "api_key": dg.EnvVar("MEMORY_EMBED_API_KEY") if key_set else None})
+        return cls(**{**asdict(config), "api_key": dg.EnvVar("MEMORY_EMBED_API_KEY") if config.api_key else None})
 
     @contextmanager
     def embedder_for_run(self) -> Iterator[Embedder]:
@@ -176,27 +173,28 @@ class LifecycleSettings(dg.ConfigurableResource):
                              pii_retention_days=self.pii_retention_days)
 
 
-def resources_from_env() -> dict[str, dg.ConfigurableResource]:
-    """Every resource from the validated settings (`memory_pipelines.config`): a bad value
-    fails here with one line naming it, never as a Dagster config error. Secrets stay
-    `EnvVar`s, so Dagster never shows or stores them."""
-    decay = DecaySettings.from_env()
-    database_url = dg.EnvVar("MEMORY_DATABASE_URL") if setting("MEMORY_DATABASE_URL") else None
+def resources_from(settings: Settings) -> dict[str, dg.ConfigurableResource]:
+    """Every resource from the process's validated settings (`memory_pipelines.config.load`):
+    a bad value failed there with one line naming it, never as a Dagster config error.
+    Secrets stay `EnvVar`s, so Dagster never shows or stores them; a process running the
+    assets has them in its environment (`handed_off`)."""
+    decay = DecaySettings.from_settings(settings)
     return {
-        "llm": ModelResource.from_config(chat_config(), "MEMORY_LLM", "MEMORY_LLM_API_KEY"),
-        "embedder": EmbedderResource.from_config(embed_config()),
+        "llm": ModelResource.from_config(chat_config(settings), "MEMORY_LLM", settings, "MEMORY_LLM_API_KEY"),
+        "embedder": EmbedderResource.from_config(embed_config(settings)),
         "lifecycle": LifecycleSettings(
-            sanitize_pii=setting("MEMORY_PII_SANITIZE"), entry_ttl_seconds=setting("MEMORY_ENTRY_TTL_SECONDS"),
-            consent_basis=setting("MEMORY_CONSENT_BASIS"), decay_min_age_days=decay.min_age_days,
+            sanitize_pii=settings.pii_sanitize, entry_ttl_seconds=settings.entry_ttl_seconds,
+            consent_basis=settings.consent_basis, decay_min_age_days=decay.min_age_days,
             decay_threshold=decay.threshold, decay_base_rate=decay.base_rate, decay_facts=decay.decay_facts,
             pii_retention_days=decay.pii_retention_days,
         ),
-        "decision": ModelResource.from_config(decision_config(), "MEMORY_DECISION", "MEMORY_DECISION_API_KEY",
-                                              "MEMORY_LLM_API_KEY"),
-        "summary_settings": SummarySettings(language=setting("MEMORY_SUMMARY_LANGUAGE"),
-                                            chunk_chars=setting("MEMORY_SUMMARY_CHUNK_CHARS")),
-        "memory_settings": MemorySettings(stale_minutes=setting("MEMORY_STALE_MINUTES"),
-                                          context_messages=setting("MEMORY_CONTEXT_MESSAGES")),
-        "postgres": PostgresResource(database_url=database_url, home=str(setting("MEMORY_HOME") or default_home())),
-        "transcript_source": TranscriptSourceResource.from_settings(SourceSettings.from_env()),
+        "decision": ModelResource.from_config(decision_config(settings), "MEMORY_DECISION", settings,
+                                              "MEMORY_DECISION_API_KEY", "MEMORY_LLM_API_KEY"),
+        "summary_settings": SummarySettings(language=settings.summary_language,
+                                            chunk_chars=settings.summary_chunk_chars),
+        "memory_settings": MemorySettings(stale_minutes=settings.stale_minutes,
+                                          context_messages=settings.context_messages),
+        "postgres": PostgresResource(database_url=dg.EnvVar("MEMORY_DATABASE_URL") if settings.database_url else None,
+                                     home=str(settings.home)),
+        "transcript_source": TranscriptSourceResource.from_settings(SourceSettings.from_settings(settings)),
     }

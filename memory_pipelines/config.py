@@ -1,26 +1,29 @@
 """Every `MEMORY_*` setting in one place: its type, range, default and meaning.
 
-Each variable is parsed by its spec, once per value, so a bad value fails the same way
-wherever it is read: one line naming the variable, the value and what is accepted
-(`ConfigError`). `validate_environment()` checks them all before anything runs;
-`effective_settings()` is what `memory-pipelines config` prints.
+Each setting is declared once, in SPECS; `Settings` is generated from it. A process builds
+its settings once with `load()` (the CLI, the code location, the API server, a worker) and
+passes them down; a bad value fails there, with one line per bad value naming the variable,
+the value and what is accepted (`ConfigError`). Settings reach a child process only by
+`handed_off`.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import os
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import date
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, make_dataclass
+from dataclasses import field as dataclass_field
 from functools import lru_cache
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit, urlunsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from urllib.parse import urlsplit, urlunsplit
 
 from memory_pipelines.records import TRANSCRIPT_FORMATS
+from memory_pipelines.setting_kinds import (
+    BOOLEAN, CRON, DASK_ADDRESS, DAY, HTTP_URL, NAME_MAPPING, PATH, POSTGRES_URL, PRICE_TABLE, TEXT, TRANSCRIPT_LOCATION,
+    ZONE, Kind, choice, decimal, integer,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 SAMPLE_TRANSCRIPTS = PACKAGE_DIR / "sample_data" / "transcripts"
@@ -54,169 +57,6 @@ def dagster_home(home: Path) -> Path:
     return Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
 
 
-# --- parsers: each takes the stripped text and returns the value, or raises ValueError ---
-
-@dataclass(frozen=True)
-class Kind:
-    """How a setting's text becomes its value, and what to tell a user who got it wrong."""
-    accepted: str
-    parse: Callable[[str], object]
-
-
-def _number(cast: type, low: float | None, high: float | None, low_open: bool = False) -> Callable[[str], object]:
-    def parse(text: str):
-        value = cast(text)
-        if cast is float and value != value:  # NaN compares false with every bound
-            raise ValueError(text)
-        if low is not None and (value < low or (low_open and value == low)):
-            raise ValueError(text)
-        if high is not None and value > high:
-            raise ValueError(text)
-        return value
-    return parse
-
-
-def integer(low: int | None = None, high: int | None = None, accepted: str | None = None) -> Kind:
-    if accepted is None:
-        accepted = ("an integer" + (f" from {low} to {high}" if low is not None and high is not None
-                                    else f" >= {low}" if low is not None else ""))
-    return Kind(accepted, _number(int, low, high))
-
-
-def decimal(low: float | None = None, high: float | None = None, *, low_open: bool = False,
-            accepted: str | None = None) -> Kind:
-    if accepted is None:
-        lower = f"> {low:g}" if low_open else f">= {low:g}" if low is not None else ""
-        if low is not None and high is not None:
-            accepted = f"a number > {low:g} and <= {high:g}" if low_open else f"a number from {low:g} to {high:g}"
-        else:
-            accepted = f"a number {lower}".rstrip()
-    return Kind(accepted, _number(float, low, high, low_open))
-
-
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-
-
-def _boolean(text: str) -> bool:
-    folded = text.lower()
-    if folded in _TRUE:
-        return True
-    if folded in _FALSE:
-        return False
-    raise ValueError(text)
-
-
-BOOLEAN = Kind("1/0, true/false, yes/no or on/off", _boolean)
-TEXT = Kind("any text", str)
-
-
-def choice(*options: str) -> Kind:
-    def parse(text: str) -> str:
-        if text.lower() not in options:
-            raise ValueError(text)
-        return text.lower()
-    return Kind("one of " + ", ".join(options), parse)
-
-
-def _http_url(text: str) -> str:
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(text)
-    return text.rstrip("/")
-
-
-def _dask_address(text: str) -> str:
-    parts = urlsplit(text)
-    if parts.scheme not in ("tcp", "tls") or not parts.hostname or parts.port is None:
-        raise ValueError(text)
-    return text
-
-
-def _postgres_url(text: str) -> str:
-    if urlsplit(text).scheme not in ("postgresql", "postgres"):
-        raise ValueError(text)
-    return text
-
-
-def _zone(text: str) -> str:
-    try:
-        ZoneInfo(text)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(text) from None
-    return text
-
-
-def _cron(text: str) -> str:
-    fields = text.split()
-    if len(fields) != 5 or not all(re.fullmatch(r"[\w*/,\-?#]+", f) for f in fields):
-        raise ValueError(text)
-    return " ".join(fields)
-
-
-def _existing_file(text: str) -> Path:
-    path = Path(text).expanduser()
-    if not path.is_file():
-        raise ValueError(text)
-    return path
-
-
-def _json_object_file(text: str) -> Path:
-    path = _existing_file(text)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise ValueError(text) from None
-    if not isinstance(data, dict):
-        raise ValueError(text)
-    return path
-
-
-def _transcript_location(text: str) -> str:
-    """A folder or file path, an s3://bucket/prefix, or a postgresql:// URL naming ?table=."""
-    parts = urlsplit(text)
-    if parts.scheme == "s3":
-        if not parts.netloc:
-            raise ValueError(text)
-        return text
-    if parts.scheme in ("postgresql", "postgres"):
-        if not parse_qs(parts.query).get("table"):
-            raise ValueError(text)
-        return text
-    if "://" in text:
-        raise ValueError(text)
-    return str(Path(text).expanduser())
-
-
-def _name_mapping(text: str) -> dict[str, str]:
-    """`canonical=source,…`, or the path of a YAML file holding such a mapping."""
-    if text.endswith((".yaml", ".yml")):
-        import yaml
-
-        try:
-            data = yaml.safe_load(Path(text).expanduser().read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            raise ValueError(text) from None
-        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-            raise ValueError(text)
-        text = ",".join(f"{k}={v}" for k, v in data.items())
-    from memory_pipelines.formats import parse_field_mapping
-
-    return parse_field_mapping(text)
-
-
-HTTP_URL = Kind("an http:// or https:// URL", _http_url)
-POSTGRES_URL = Kind("a postgresql:// URL", _postgres_url)
-ZONE = Kind("an IANA time zone such as UTC or Europe/Berlin", _zone)
-DAY = Kind("a date like 2024-01-01", date.fromisoformat)
-PATH = Kind("a file or folder path", lambda text: Path(text).expanduser())
-TRANSCRIPT_LOCATION = Kind("a file or folder path, s3://bucket/prefix, or postgresql://…?table=NAME",
-                           _transcript_location)
-NAME_MAPPING = Kind("comma-separated canonical=field pairs such as session_id=conversation_id,user_id=owner "
-                    "(canonical: session_id, user_id, seq, role, content, ts, agent_id, tool_name, tool_args, "
-                    "tool_call_id, metadata, parent_session_id, fork_seq, id), or a .yaml file of such a mapping",
-                    _name_mapping)
-CRON = Kind("a cron expression of five fields, such as */15 * * * *", _cron)
-PRICE_TABLE = Kind("the path of a JSON file holding an object of model -> prices", _json_object_file)
 
 
 @dataclass(frozen=True)
@@ -227,6 +67,11 @@ class Spec:
     help: str
     secret: bool = False
     derived: str | None = None  # where the value comes from when unset, if not `default`
+
+    @property
+    def field(self) -> str:
+        """Its attribute of `Settings`: MEMORY_STALE_MINUTES is `settings.stale_minutes`."""
+        return self.name.removeprefix("MEMORY_").lower()
 
 
 def _model_specs(prefix: str, inherits: bool) -> list[Spec]:
@@ -321,7 +166,7 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("MEMORY_MAX_CONCURRENT_RUNS", integer(1, 256), 4, "runs the queued run coordinator starts at once"),
     Spec("MEMORY_EXECUTOR", choice("in_process", "multiprocess", "dask"), "in_process",
          "where a run's steps execute: its own process, a process per step, or a Dask cluster"),
-    Spec("MEMORY_DASK_SCHEDULER", Kind("tcp://HOST:PORT or tls://HOST:PORT", _dask_address), None,
+    Spec("MEMORY_DASK_SCHEDULER", DASK_ADDRESS, None,
          "the dask.distributed scheduler the dask executor sends steps to"),
     Spec("MEMORY_API_KEY", TEXT, None, "the API key `serve mcp` acts with over stdio", secret=True),
     Spec("MEMORY_API_TIMEOUT", decimal(0, low_open=True), 30.0, "seconds one API or MCP request may take"),
@@ -330,8 +175,8 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
 ]}
 
 
-def raw_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """A variable's text, None when unset or blank."""
+def variable_text(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """A variable's text in `environ` (default: this process's environment), None when unset or blank."""
     return ((os.environ if environ is None else environ).get(name) or "").strip() or None
 
 
@@ -345,38 +190,130 @@ def _parse(name: str, text: str):
         raise ConfigError(f"{name}={shown} is not valid: expected {spec.kind.accepted}") from None
 
 
-def setting(name: str, environ: Mapping[str, str] | None = None):
-    """The value of a `MEMORY_*` setting: parsed by its spec, or its default when unset."""
-    spec = SPECS[name]
-    text = raw_value(name, environ)
-    return spec.default if text is None else _parse(name, text)
+class _Unreadable:
+    """A bad value let through by a lenient `load`: reading it raises its error."""
+
+    def __init__(self, error: ConfigError):
+        self.error = error
+
+    def __repr__(self) -> str:
+        return "<unreadable>"
 
 
-def is_set(name: str) -> bool:
-    return raw_value(name) is not None
+def _settings_methods() -> dict:
+    def __getattribute__(self, name: str):  # noqa: N807 - a bad value refuses where it is read
+        value = object.__getattribute__(self, name)
+        if isinstance(value, _Unreadable):
+            raise value.error
+        return value
+
+    def to_environ(self) -> dict[str, str]:
+        """Every setting as the text of its variable (unset ones left out): what a child
+        process is handed (`handed_off`)."""
+        return {spec.name: spec.kind.text(value) for spec in SPECS.values()
+                if (value := getattr(self, spec.field)) is not None}
+
+    def __repr__(self) -> str:  # secrets left out, a bad value shown as such
+        shown = (f"{spec.field}={object.__getattribute__(self, spec.field)!r}" for spec in SPECS.values()
+                 if not spec.secret)
+        return f"Settings({', '.join(shown)})"
+
+    return {"__doc__": SETTINGS_DOC, "__getattribute__": __getattribute__, "__repr__": __repr__,
+            "to_environ": to_environ}
+
+
+SETTINGS_DOC = """Every setting of one process, parsed and validated: one attribute per entry of SPECS,
+named after its variable (MEMORY_STALE_MINUTES is `stale_minutes`), holding its default
+when unset (None: unset, or derived where it is used). Built once per process by `load`
+and passed down; a command changes a field with `dataclasses.replace`."""
+
+# Generated from SPECS, so that each setting is declared once, there.
+Settings = make_dataclass(
+    "Settings",
+    [(spec.field, spec.kind.type if spec.default is not None else spec.kind.type | None,
+      dataclass_field(default=spec.default)) for spec in SPECS.values()],
+    namespace=_settings_methods(), frozen=True)
+Settings.__module__ = __name__  # pickled by name: a worker process is handed its settings
+
+
+def load(environ: Mapping[str, str] | None = None, *, lenient: bool = False) -> Settings:
+    """The settings of `environ` (default: this process's environment), every one parsed:
+    a ConfigError with one line per bad value; `lenient`, a bad value is kept unreadable
+    instead (reading it raises its error; `unreadable` lists them). MEMORY_HOME unset is
+    the default home."""
+    environ = os.environ if environ is None else environ
+    values, errors = {}, []
+    for name, spec in SPECS.items():
+        text = variable_text(name, environ)
+        try:
+            values[spec.field] = spec.default if text is None else _parse(name, text)
+        except ConfigError as exc:
+            values[spec.field] = _Unreadable(exc)
+            errors.append(str(exc))
+    if values["executor"] == "dask" and values["dask_scheduler"] is None:
+        missing = ConfigError("MEMORY_EXECUTOR=dask needs MEMORY_DASK_SCHEDULER: the tcp://HOST:PORT of a running "
+                              "`dask scheduler` (docs/operations.md, Shards and a distributed executor)")
+        values["dask_scheduler"] = _Unreadable(missing)
+        errors.append(str(missing))
+    if errors and not lenient:
+        raise ConfigError("\n".join(errors))
+    if values["home"] is None:
+        values["home"] = default_home()
+    return Settings(**values)
+
+
+def unreadable(settings: Settings) -> list[str]:
+    """The error of each bad value a lenient `load` let through."""
+    return [str(value.error) for spec in SPECS.values()
+            if isinstance(value := object.__getattribute__(settings, spec.field), _Unreadable)]
 
 
 def validate_environment(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Parse every setting; raise ConfigError with one line per bad value. Returns warnings
-    for `MEMORY_*` variables no setting has (a typo would be silently ignored otherwise)."""
+    """Parse every setting: a ConfigError with one line per bad value. Returns the warnings
+    for `MEMORY_*` variables no setting has."""
+    load(environ)
+    return unknown_settings(environ)
+
+
+def unknown_settings(environ: Mapping[str, str] | None = None) -> list[str]:
+    """A warning for each `MEMORY_*` variable no setting has (a typo would be silently
+    ignored otherwise)."""
     environ = os.environ if environ is None else environ
-    errors = []
-    for name in SPECS:
-        try:
-            setting(name, environ)
-        except ConfigError as exc:
-            errors.append(str(exc))
-    if not errors and setting("MEMORY_EXECUTOR", environ) == "dask" and setting("MEMORY_DASK_SCHEDULER", environ) is None:
-        errors.append("MEMORY_EXECUTOR=dask needs MEMORY_DASK_SCHEDULER: the tcp://HOST:PORT of a running "
-                      "`dask scheduler` (docs/operations.md, Shards and a distributed executor)")
-    if errors:
-        raise ConfigError("\n".join(errors))
     warnings = []
     for name in sorted(n for n in environ if n.startswith("MEMORY_") and n not in SPECS):
         close = difflib.get_close_matches(name, SPECS, n=1)
         warnings.append(f"{name} is not a memory-pipelines setting (ignored)"
                         + (f"; did you mean {close[0]}?" if close else ""))
     return warnings
+
+
+def child_environment(settings: Settings) -> dict[str, str]:
+    """This process's environment with `settings` in place of its own settings: what a
+    process started here with an environment of its own is given."""
+    return {k: v for k, v in os.environ.items() if k not in SPECS} | settings.to_environ()
+
+
+@contextmanager
+def handed_off(settings: Settings) -> Iterator[None]:
+    """This process's environment holding `settings` while inside, as it was again after:
+    the one way settings reach the processes it starts that load their own (Dagster's step
+    processes, a shard's worker, uvicorn's workers, a Dask cluster started here), and the
+    secrets Dagster resolves from the environment (`EnvVar`)."""
+    saved = {name: os.environ.get(name) for name in SPECS}
+    values = settings.to_environ()
+    for name in SPECS:
+        if name in values:
+            os.environ[name] = values[name]
+        else:
+            os.environ.pop(name, None)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def mask_url(url: str) -> str:
@@ -386,29 +323,6 @@ def mask_url(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
-
-
-@dataclass(frozen=True)
-class Settings:
-    home: Path
-    database_url: str | None
-    transcripts: str
-    timezone: str
-    max_message_bytes: int
-    partition_start: date | None  # None: derived (assets/partition_start.py)
-    shards: int
-
-    @classmethod
-    def from_env(cls) -> "Settings":
-        return cls(
-            home=setting("MEMORY_HOME") or default_home(),
-            database_url=setting("MEMORY_DATABASE_URL"),
-            transcripts=setting("MEMORY_TRANSCRIPTS"),
-            timezone=setting("MEMORY_TIMEZONE"),
-            max_message_bytes=setting("MEMORY_MAX_MESSAGE_BYTES"),
-            partition_start=setting("MEMORY_PARTITION_START"),
-            shards=setting("MEMORY_SHARDS"),
-        )
 
 
 @dataclass(frozen=True)
@@ -422,16 +336,10 @@ class DecaySettings:
     pii_retention_days: int = SPECS["MEMORY_PII_RETENTION_DAYS"].default
 
     @classmethod
-    def from_env(cls) -> "DecaySettings":
-        return cls(min_age_days=setting("MEMORY_DECAY_MIN_AGE_DAYS"), threshold=setting("MEMORY_DECAY_THRESHOLD"),
-                   base_rate=setting("MEMORY_DECAY_BASE_RATE"), decay_facts=setting("MEMORY_DECAY_FACTS"),
-                   pii_retention_days=setting("MEMORY_PII_RETENTION_DAYS"))
-
-
-def context_window() -> int:
-    """A session's last messages in the agent's context window (MEMORY_CONTEXT_MESSAGES):
-    what `context_for` serves and what chunking leaves out until the session is stale."""
-    return setting("MEMORY_CONTEXT_MESSAGES")
+    def from_settings(cls, settings: Settings) -> "DecaySettings":
+        return cls(min_age_days=settings.decay_min_age_days, threshold=settings.decay_threshold,
+                   base_rate=settings.decay_base_rate, decay_facts=settings.decay_facts,
+                   pii_retention_days=settings.pii_retention_days)
 
 
 @dataclass(frozen=True)
@@ -443,6 +351,6 @@ class ApiSettings:
     pool_size: int = SPECS["MEMORY_API_POOL_SIZE"].default
 
     @classmethod
-    def from_env(cls) -> "ApiSettings":
-        return cls(timeout=setting("MEMORY_API_TIMEOUT"), max_body_bytes=setting("MEMORY_API_MAX_BODY_BYTES"),
-                   pool_size=setting("MEMORY_API_POOL_SIZE"))
+    def from_settings(cls, settings: Settings) -> "ApiSettings":
+        return cls(timeout=settings.api_timeout, max_body_bytes=settings.api_max_body_bytes,
+                   pool_size=settings.api_pool_size)

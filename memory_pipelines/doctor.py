@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from memory_pipelines.config import MANAGED_MARK, ConfigError, Settings, dagster_home, validate_environment
+from memory_pipelines.config import MANAGED_MARK, Settings, dagster_home, unknown_settings, unreadable
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -96,14 +96,12 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
     return set()
 
 
-def check_settings() -> Check:
-    try:
-        warnings = validate_environment()
-    except ConfigError as exc:
-        lines = str(exc).splitlines()
+def check_settings(settings: Settings) -> Check:
+    """`settings` loaded leniently: their bad values fail this check."""
+    if lines := unreadable(settings):
         return Check("settings", FAIL, lines[0] + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""),
                      "`memory-pipelines config` lists every setting with what it accepts")
-    if warnings:
+    if warnings := unknown_settings():
         return Check("settings", WARN, warnings[0], "unset it, or spell it as `memory-pipelines config` lists it")
     return Check("settings", OK, "every MEMORY_* setting is valid")
 
@@ -197,11 +195,11 @@ def check_disk(settings: Settings) -> Check:
     return Check("disk", OK, detail)
 
 
-def check_embedder() -> Check:
+def check_embedder(settings: Settings) -> Check:
     from memory_pipelines.embed import build_embedder, embed_config
 
     try:
-        config = embed_config()
+        config = embed_config(settings)
         began = time.perf_counter()
         embedder = build_embedder(config)
         try:
@@ -221,21 +219,22 @@ def _models_listed(probe_url: str, answer: dict) -> list[str]:
     return [m.get("id", "") for m in answer.get("data", [])]
 
 
-def check_model_servers() -> list[Check]:
+def check_model_servers(settings: Settings) -> list[Check]:
     from memory_pipelines.embed import embed_config
     from memory_pipelines.llm.config import chat_config, decision_config
     from memory_pipelines.llm.probe import PROBE_TIMEOUT_S, model_server
 
     configured = []
-    for prefix, config, offline in (("MEMORY_LLM", chat_config(), "rules"),
-                                    ("MEMORY_DECISION", decision_config(), "rules"),
-                                    ("MEMORY_EMBED", embed_config(), "hashing")):
+    embed = embed_config(settings)
+    for prefix, config, offline in (("MEMORY_LLM", chat_config(settings), "rules"),
+                                    ("MEMORY_DECISION", decision_config(settings), "rules"),
+                                    ("MEMORY_EMBED", embed, "hashing")):
         server = model_server(config.backend, config.base_url, prefix, offline)
         if server is not None:
             configured.append((server, config.model))
     if not configured:
         return [Check("model servers", OK, "none configured: the offline back ends (rules, and the "
-                                           f"{embed_config().backend} embedder)")]
+                                           f"{embed.backend} embedder)")]
     checks = []
     for server, model in configured:
         name = f"model {server.prefix.removeprefix('MEMORY_').lower()}"
@@ -301,8 +300,9 @@ def check_native_parts() -> Check:
     return Check("native parts", OK, ", ".join(found) + " run here")
 
 
-def diagnose(echo: Callable[[Check], None] | None = None) -> list[Check]:
-    """Every check, in order, each given to `echo` as it ends (the self-test takes seconds)."""
+def diagnose(settings: Settings, echo: Callable[[Check], None] | None = None) -> list[Check]:
+    """Every check of `settings` (loaded leniently), in order, each given to `echo` as it
+    ends (the self-test takes seconds)."""
     checks: list[Check] = []
 
     def add(*found: Check) -> None:
@@ -311,17 +311,16 @@ def diagnose(echo: Callable[[Check], None] | None = None) -> list[Check]:
             if echo is not None:
                 echo(check)
 
-    add(check_settings())
+    add(check_settings(settings))
     if checks[0].status == FAIL:
         return checks
-    settings = Settings.from_env()
     flags = cpu_flags()
     add(check_cpu(flags))
     add(check_database(settings))
     add(check_selftest(settings))
     add(check_disk(settings))
-    add(check_embedder())
-    add(*check_model_servers())
+    add(check_embedder(settings))
+    add(*check_model_servers(settings))
     add(check_dagster_home(settings))
     add(check_native_parts())
     return checks

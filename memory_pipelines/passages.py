@@ -18,7 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from memory_pipelines.db.queries import query
-from memory_pipelines.llm.backends import estimate_tokens
+from memory_pipelines.llm.rendering import estimate_tokens
 
 # BM25's parameters (the usual ones: term frequency saturation, length normalization)
 BM25_K1, BM25_B = 1.2, 0.75

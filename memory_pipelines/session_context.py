@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import psycopg
 
-from memory_pipelines.config import context_window
+from memory_pipelines.config import SPECS
 from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.db import transcripts as transcripts_db
@@ -75,13 +75,12 @@ class SessionContext:
 
 
 def context_for(conn: psycopg.Connection, session_id: str, request: str | None = None, *,
-                limit: int | None = None, decision: ModelBackend | None = None,
+                limit: int = SPECS["MEMORY_CONTEXT_MESSAGES"].default, decision: ModelBackend | None = None,
                 include_forks: bool = False) -> SessionContext:
-    """A session's last `limit` messages (default: the context window, MEMORY_CONTEXT_MESSAGES,
-    the same messages the chunker leaves out of chunks) along its timeline (a fork's: the
+    """A session's last `limit` messages (the context window, MEMORY_CONTEXT_MESSAGES: the
+    same messages the chunker leaves out of chunks) along its timeline (a fork's: the
     turns it shares with its parent, then its own) and its prior summary; with
     `include_forks`, its forks too, each with what it is about, labelled as other branches."""
-    limit = context_window() if limit is None else limit
     if limit < 0:
         raise ValueError("limit must be >= 0")
     messages = tuple(summaries_db.last_messages(conn, session_id, limit)) if limit else ()

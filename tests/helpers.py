@@ -249,14 +249,18 @@ def location_days(location, **settings) -> list[date]:
     return [day_of(d) for d in sorted(days)]
 
 
-def sensor_context(database_url: str, cursor: str | None = None):
+def sensor_context(database_url: str, cursor: str | None = None, location: Path | None = None):
     """A built sensor context with the `postgres` resource the transcript sensor keeps its
-    index in."""
+    index in, watching `location` (None: the source the environment's settings name)."""
     import dagster as dg
 
-    from assets.resources import PostgresResource
+    from assets.resources import PostgresResource, TranscriptSourceResource
+    from memory_pipelines.config import load
 
-    return dg.build_sensor_context(cursor=cursor, resources={"postgres": PostgresResource(database_url=database_url)})
+    source = TranscriptSourceResource.from_settings(SourceSettings.from_settings(load())) if location is None \
+        else TranscriptSourceResource(location=str(location))
+    return dg.build_sensor_context(cursor=cursor, resources={
+        "postgres": PostgresResource(database_url=database_url), "transcript_source": source})
 
 
 # Columns that hold another row's serial id: two builds name the same row by different ids.

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from memory_pipelines.config import SAMPLE_TRANSCRIPTS
+from memory_pipelines.config import SAMPLE_TRANSCRIPTS, load
 from tests.helpers import ENTRY, free_port, with_database
 
 REPO = Path(__file__).resolve().parent.parent
@@ -132,13 +132,13 @@ def test_follow_run_moves_an_unset_start_back_to_the_days_a_run_needs(database_u
 
     add_message(database_url, "2026-10-04T08:00:00Z")
     monkeypatch.delenv(SETTING)
-    follow_run(date(2026, 10, 6))  # later than the data: nothing to move
-    assert SETTING not in os.environ
-    follow_run(date(2026, 9, 1))
-    assert os.environ[SETTING] == "2026-09-01"
+    monkeypatch.setenv("MEMORY_DATABASE_URL", database_url)
+    unset = load()
+    assert follow_run(unset, date(2026, 10, 6)) == unset  # later than the data: nothing to move
+    assert follow_run(unset, date(2026, 9, 1)).partition_start == date(2026, 9, 1)
     monkeypatch.setenv(SETTING, "2026-10-02")
-    follow_run(date(2026, 8, 1))  # a set start is the user's: a run of days before it is refused
-    assert os.environ[SETTING] == "2026-10-02"
+    # a set start is the user's: a run of days before it is refused
+    assert follow_run(load(), date(2026, 8, 1)).partition_start == date(2026, 10, 2)
 
 
 def cli(*args: str, **values: str | None) -> subprocess.CompletedProcess:

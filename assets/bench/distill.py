@@ -9,7 +9,6 @@ to count the calls and tokens a real model would get.
 """
 
 import hashlib
-import os
 import re
 import resource
 import tempfile
@@ -17,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -25,22 +25,16 @@ import psutil
 import psycopg
 from psycopg.rows import dict_row
 
-from assets.bench import environment
-from assets.partition_start import fixed_start
 
-# A benchmark distills generated transcripts into a database of its own: the partitions, defined
-# when assets.partitions is imported below, must not start at the first day of the pipeline's.
-fixed_start()
 
 from assets.run.dask_executor import local_cluster
-from assets.partitions import SHARDS
 from assets.run.runner import (
     PROGRESS_RUN_CONFIG, ensure_dagster_home, partition_keys_between, progress_logger, run_range, run_shards,
 )
 from memory_pipelines.bench.database import fresh_database, reused_or_built
 from memory_pipelines.bench.distill import BackfillBench, DatabaseLoad, DistillBench, PurposeUsage
 from memory_pipelines.bench.evidence_set import EvidenceSet, write_evidence_set
-from memory_pipelines.config import Settings
+from memory_pipelines.config import SPECS, Settings, child_environment
 from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.db.connection import close_pools, get_pool, resolve_url
 from memory_pipelines.db.queries import query
@@ -166,12 +160,17 @@ def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoa
         cores=psutil.cpu_count() or 1, **change))
 
 
-def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: bool = False,
+def _model_server_settings(settings: Settings, url: str) -> Settings:
+    """Both models (chat and decision) on the instant server at `url`."""
+    return replace(settings, **{SPECS[f"{prefix}_{name}"].field: value for prefix in ("MEMORY_LLM", "MEMORY_DECISION")
+                                for name, value in (("BACKEND", "ollama"), ("BASE_URL", url), ("MODEL", "instant"))})
+
+
+def run_distill_benchmark(config: GeneratorConfig, settings: Settings, *, cost: bool, bookkeeping: bool = False,
                           echo: Callable[[str], None] = print, executor: str = "in_process") -> DistillBench:
-    """The generated transcripts through the whole graph: one run, or with MEMORY_SHARDS set
-    one run per shard all at once; with `executor` dask, on a local scheduler and two worker
-    processes started for it."""
-    settings = Settings.from_env()
+    """The generated transcripts through the whole graph with `settings` (the assets defined
+    from them: `fixed_start`): one run, or with MEMORY_SHARDS above 1 one run per shard all at
+    once; with `executor` dask, on a local scheduler and two worker processes started for it."""
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as folder:
         transcripts = Path(folder) / "transcripts"
         stats = write_transcripts(transcripts, config)
@@ -180,26 +179,26 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
         found = inventory_of(str(transcripts))
         first, last, days_with_data = found.first_day, found.last_day, found.days
         server = InstantModelServer() if cost else None
-        env = {"MEMORY_DATABASE_URL": url, "MEMORY_TRANSCRIPTS": str(transcripts),
-               "MEMORY_EMBED_BACKEND": os.environ.get("MEMORY_EMBED_BACKEND", "hashing")}
+        run = replace(settings, database_url=url, transcripts=str(transcripts),
+                      embed_backend=settings.embed_backend or "hashing")
         if server is not None:
-            env.update({f"{prefix}_{name}": value for prefix in ("MEMORY_LLM", "MEMORY_DECISION")
-                        for name, value in (("BACKEND", "ollama"), ("BASE_URL", server.url), ("MODEL", "instant"))})
+            run = _model_server_settings(run, server.url)
         try:
-            with environment(env), ExitStack() as stack:
-                ensure_dagster_home(settings.home, url)
+            with ExitStack() as stack:
+                ensure_dagster_home(settings.home, url, max_concurrent_runs=settings.max_concurrent_runs)
                 # set-up, not distillation, stays outside the timing: migrations, Dagster's
                 # storage, the dask cluster
                 get_pool(url)
                 dg.DagsterInstance.get()
                 expectations.prepare()
                 if executor == "dask":
-                    address = stack.enter_context(local_cluster(dict(os.environ), Path(folder) / "logs"))
-                    stack.enter_context(environment({"MEMORY_EXECUTOR": "dask", "MEMORY_DASK_SCHEDULER": address}))
+                    address = stack.enter_context(local_cluster(child_environment(run), Path(folder) / "logs"))
+                    run = replace(run, executor="dask", dask_scheduler=address)
                 keys = partition_keys_between(first.isoformat(), last.isoformat())
                 with _database_load(url) as load:
                     started = time.perf_counter()
-                    runs = run_shards(keys, range(SHARDS), parallel=SHARDS, echo=lambda line: None, show_steps=False)
+                    runs = run_shards(keys, run, range(run.shards), parallel=run.shards, echo=lambda line: None,
+                                      show_steps=False)
                     seconds = time.perf_counter() - started
                 with get_pool(url).connection() as conn:
                     usage = {row[0]: PurposeUsage(*row[1:]) for row in conn.execute(query("model_usage_by_purpose"))}
@@ -223,12 +222,12 @@ def run_distill_benchmark(config: GeneratorConfig, *, cost: bool, bookkeeping: b
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         stage_seconds=stages, table_bytes=sizes,
         usage=usage, summarized_session_days=summarized,
-        bookkeeping_seconds=idle, shards=SHARDS, executor=executor, database=load[0],
+        bookkeeping_seconds=idle, shards=settings.shards, executor=executor, database=load[0],
     )
 
 
-def run_backfill_benchmark(users: int, sessions: int, seed: int, short_days: int, long_days: int, *,
-                           echo: Callable[[str], None] = print) -> BackfillBench:
+def run_backfill_benchmark(users: int, sessions: int, seed: int, short_days: int, long_days: int,
+                           settings: Settings, *, echo: Callable[[str], None] = print) -> BackfillBench:
     """The same generated users and sessions spread over `short_days` and over `long_days`
     (each ending yesterday), each range distilled as one run in a fresh database: what a
     long backfill costs beyond its data."""
@@ -236,16 +235,15 @@ def run_backfill_benchmark(users: int, sessions: int, seed: int, short_days: int
     for days in (short_days, long_days):
         config = GeneratorConfig(users=users, sessions=sessions, seed=seed, days=days,
                                  start=date.today() - timedelta(days=days))
-        runs.append(run_distill_benchmark(config, cost=False, bookkeeping=True, echo=echo))
+        runs.append(run_distill_benchmark(config, settings, cost=False, bookkeeping=True, echo=echo))
     return BackfillBench(*runs)
 
 
-def evidence_database(users: int, seed: int, embedder_id: str, *, rebuild: bool = False,
+def evidence_database(users: int, seed: int, embedder_id: str, settings: Settings, *, rebuild: bool = False,
                       echo: Callable[[str], None] = print) -> tuple[str, EvidenceSet]:
     """The labelled evidence set distilled by the whole graph into a database of its own
     (`memory_bench_evidence_…`, named after the set and the embedder), built once and reused
     while what it was built from matches. Its days are run as one range."""
-    settings = Settings.from_env()
     name = re.sub(r"[^a-z0-9]+", "_", f"memory_bench_evidence_u{users}_s{seed}_{embedder_id}".lower())[:63]
     folder = settings.home / "bench" / name
     written = write_evidence_set(folder, users=users, seed=seed)
@@ -255,11 +253,11 @@ def evidence_database(users: int, seed: int, embedder_id: str, *, rebuild: bool 
 
     def distill(url: str) -> None:
         echo(f"building {name}: {written.messages:,} messages of {written.users} users through the whole graph")
-        with environment({"MEMORY_DATABASE_URL": url, "MEMORY_TRANSCRIPTS": str(written.transcripts)}):
-            ensure_dagster_home(settings.home, url)
-            found = inventory_of(str(written.transcripts))
-            run_range(partition_keys_between(found.first_day.isoformat(), found.last_day.isoformat()),
-                      echo=lambda line: echo(line) if line.startswith("[") else None)
+        ensure_dagster_home(settings.home, url, max_concurrent_runs=settings.max_concurrent_runs)
+        found = inventory_of(str(written.transcripts))
+        run_range(partition_keys_between(found.first_day.isoformat(), found.last_day.isoformat()),
+                  replace(settings, database_url=url, transcripts=str(written.transcripts)),
+                  echo=lambda line: echo(line) if line.startswith("[") else None)
         close_pools()
 
     url, reused, seconds = reused_or_built(server, name, params, distill, rebuild=rebuild, progress=echo)

@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from assets.bench import environment
 from memory_pipelines.config import Settings
 from memory_pipelines.generator import DayFilesConfig, write_day_files
 from memory_pipelines.ports import free_port
@@ -72,9 +71,11 @@ def _worker(location: str, url: str, first: str, last: str, endpoint: str | None
     """In the measured process: the `transcripts` asset over [first, last] as one run."""
     import dagster as dg
 
+    from assets.location import use_settings
     from assets.partition_start import fixed_start
+    from memory_pipelines.config import load
 
-    fixed_start()  # the run's database is the benchmark's own, not the one the partitions would start from
+    use_settings(fixed_start(load()))  # the run's database is the benchmark's own, not the one the partitions would start from
     from assets.resources import PostgresResource, TranscriptSourceResource
     from assets.ingestion import transcripts
 
@@ -93,10 +94,11 @@ def _worker(location: str, url: str, first: str, last: str, endpoint: str | None
 
 
 def _measure(source: str, scenario: str, location: str, url: str, first: str, last: str,
-             endpoint: str | None) -> IngestRun:
+             endpoint: str | None, credentials: dict[str, str]) -> IngestRun:
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen([sys.executable, "-m", "assets.bench.ingest", json.dumps(
-            {"location": location, "url": url, "first": first, "last": last, "endpoint": endpoint})], stdout=out)
+            {"location": location, "url": url, "first": first, "last": last, "endpoint": endpoint})], stdout=out,
+            env=os.environ | credentials)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
@@ -108,8 +110,9 @@ def _measure(source: str, scenario: str, location: str, url: str, first: str, la
 
 
 @contextmanager
-def _s3_copy(folder: Path) -> Iterator[tuple[str, str]]:
-    """The source uploaded to a moto S3 server on 127.0.0.1 (a test dependency): (location, endpoint)."""
+def _s3_copy(folder: Path) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """The source uploaded to a moto S3 server on 127.0.0.1 (a test dependency): (location,
+    endpoint, the credentials' variables)."""
     import httpx
     from pyarrow import fs
 
@@ -131,19 +134,18 @@ def _s3_copy(folder: Path) -> Iterator[tuple[str, str]]:
             with writer.open_output_stream(f"{BUCKET}/{path.relative_to(folder).as_posix()}") as stream:
                 stream.write(path.read_bytes())
         credentials = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
-        with environment(credentials):  # what the measured processes read the bucket with
-            yield f"s3://{BUCKET}", endpoint
+        # what the measured processes read the bucket with
+        yield f"s3://{BUCKET}", endpoint, credentials
     finally:
         server.terminate()
         server.wait(timeout=30)
 
 
-def run_ingest_benchmark(config: DayFilesConfig, *, s3: bool = True,
+def run_ingest_benchmark(config: DayFilesConfig, settings: Settings, *, s3: bool = True,
                          echo: Callable[[str], None] = print) -> IngestBench:
     from memory_pipelines.bench.database import fresh_database
     from memory_pipelines.db.connection import close_pools, get_pool
 
-    settings = Settings.from_env()
     first, last = config.start.isoformat(), (config.start + timedelta(days=config.days - 1)).isoformat()
     middle = (config.start + timedelta(days=config.days // 2)).isoformat()
     runs: list[IngestRun] = []
@@ -151,11 +153,11 @@ def run_ingest_benchmark(config: DayFilesConfig, *, s3: bool = True,
         stats = write_day_files(Path(folder), config)
         size = sum(p.stat().st_size for p in Path(folder).rglob("*.jsonl"))
         echo(f"generated {stats.messages:,} messages in {stats.files} files, {size / 1e9:.2f} GB")
-        sources = [("local", folder, None)]
+        sources = [("local", folder, None, {})]
         with _s3_copy(Path(folder)) if s3 else _no_s3() as uploaded:
             if uploaded is not None:
                 sources.append(("s3", *uploaded))
-            for source, location, endpoint in sources:
+            for source, location, endpoint, credentials in sources:
                 url = fresh_database(settings, BENCH_DATABASE)
                 get_pool(url)  # migrated before anything is measured
                 close_pools()
@@ -166,7 +168,7 @@ def run_ingest_benchmark(config: DayFilesConfig, *, s3: bool = True,
                         url = fresh_database(settings, BENCH_DATABASE)
                         get_pool(url)
                         close_pools()
-                    runs.append(_measure(source, scenario, location, url, a, b, endpoint))
+                    runs.append(_measure(source, scenario, location, url, a, b, endpoint, credentials))
                     echo(ingest_markdown(IngestBench(stats.messages, config.days, size, (runs[-1],))).splitlines()[-1])
     return IngestBench(stats.messages, config.days, size, tuple(runs))
 

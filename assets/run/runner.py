@@ -31,7 +31,8 @@ from tqdm import tqdm
 
 from assets.materialization import STOPPED_BEFORE_STEP
 from assets.partitions import SHARD_TAG, SHARDS, TRANSIENT_RETRIES, daily_partitions, partition_key
-from memory_pipelines.config import MANAGED_MARK, dagster_home, setting
+from assets.location import use_settings
+from memory_pipelines.config import MANAGED_MARK, SPECS, Settings, dagster_home, handed_off
 from memory_pipelines.db.queries import query
 from memory_pipelines.interrupts import deferred_stop
 from memory_pipelines.shards import Shard
@@ -55,12 +56,12 @@ def _postgres_storage(url: str) -> str:
     return f"\nstorage:\n  postgres:\n    postgres_url: {json.dumps(url)}\n"
 
 
-def _run_queue() -> str:
+def _run_queue(max_concurrent_runs: int) -> str:
     """The queued run coordinator: at most MEMORY_MAX_CONCURRENT_RUNS runs at once, and one
     run per shard (tag memory/shard), so a shard's days go in order while shards run side by
     side."""
     return ("\nrun_coordinator:\n  module: dagster.core.run_coordinator\n  class: QueuedRunCoordinator\n"
-            f"  config:\n    max_concurrent_runs: {setting('MEMORY_MAX_CONCURRENT_RUNS')}\n"
+            f"  config:\n    max_concurrent_runs: {max_concurrent_runs}\n"
             f"    tag_concurrency_limits:\n      - key: {json.dumps(SHARD_TAG)}\n"
             "        value:\n          applyLimitPerUniqueValue: true\n        limit: 1\n")
 
@@ -77,7 +78,8 @@ def dagster_storage_url(database_url: str) -> str:
     return urlunsplit(parts._replace(scheme=scheme, query=query))
 
 
-def ensure_dagster_home(home: Path, database_url: str | None = None) -> Path:
+def ensure_dagster_home(home: Path, database_url: str | None = None, *,
+                        max_concurrent_runs: int = SPECS["MEMORY_MAX_CONCURRENT_RUNS"].default) -> Path:
     """DAGSTER_HOME (default: MEMORY_HOME/dagster) with an instance config that has telemetry
     off and keeps Dagster's runs and events on the pipeline's PostgreSQL (schema `dagster`):
     the server of MEMORY_DATABASE_URL or the embedded one. A dagster.yaml without our mark is
@@ -86,7 +88,7 @@ def ensure_dagster_home(home: Path, database_url: str | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "dagster.yaml"
     if not config.exists() or config.read_text(encoding="utf-8").startswith(MANAGED_MARK):
-        text = INSTANCE_TEMPLATE.read_text(encoding="utf-8") + _run_queue()
+        text = INSTANCE_TEMPLATE.read_text(encoding="utf-8") + _run_queue(max_concurrent_runs)
         if database_url:
             with psycopg.connect(database_url) as conn:  # one transaction: the lock and the schema
                 conn.execute(sql.SQL(query("create_dagster_schema")).format(schema=sql.Identifier(DAGSTER_SCHEMA)))
@@ -97,6 +99,7 @@ def ensure_dagster_home(home: Path, database_url: str | None = None) -> Path:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
         os.replace(partial, config)
+    # handed to Dagster: its instance here and the processes it starts find their storage by it
     os.environ["DAGSTER_HOME"] = str(folder)
     # One "materialization planned" event per asset for a ranged run instead of one per asset
     # and day (each its own commit: 4 of the 6.8 minutes of a 722-day run went there). The
@@ -239,8 +242,8 @@ def shard_label(shard: int) -> str:
 
 
 def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.DagsterInstance,
-                  echo: Callable[[str], None], shard: int = 0,
-                  tags: dict[str, str] | None = None) -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
+                  echo: Callable[[str], None], shard: int = 0, tags: dict[str, str] | None = None,
+                  executor: str = "in_process") -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
     """One run over the consecutive days `keys` (a UI backfill with the single-run policy
     runs the same way), run again with the step retry policy's limits and pauses when
     Dagster's storage lost its database, while creating the run or inside a step: retry
@@ -256,7 +259,7 @@ def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.Dagst
     attempt = 0
     while True:
         try:
-            result = _execute(job, instance, single, tags, echo)
+            result = _execute(job, instance, single, tags, echo, executor)
             if result.success or not lost_storage(result) or attempt >= TRANSIENT_RETRIES.max_retries:
                 return result
         except sqlalchemy.exc.OperationalError:
@@ -270,11 +273,12 @@ def execute_range(job: dg.JobDefinition, keys: Sequence[str], instance: dg.Dagst
 
 
 def _execute(job: dg.JobDefinition, instance: dg.DagsterInstance, partition: str | None, tags: dict[str, str],
-             echo: Callable[[str], None]) -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
-    """One run: in this process, its steps logging as they go; or, with MEMORY_EXECUTOR set,
-    launched from the code location so that its executor's processes (a Dask cluster's
-    workers) rebuild the job, each step reported as it ends."""
-    if setting("MEMORY_EXECUTOR") == "in_process":
+             echo: Callable[[str], None], executor: str) -> dg.ExecuteInProcessResult | dg.JobExecutionResult:
+    """One run: in this process, its steps logging as they go; or, with another `executor`
+    (MEMORY_EXECUTOR), launched from the code location so that its executor's processes (a
+    Dask cluster's workers) rebuild the job from the settings handed to them, each step
+    reported as it ends."""
+    if executor == "in_process":
         return job.execute_in_process(instance=instance, raise_on_error=False, run_config=PROGRESS_RUN_CONFIG,
                                       partition_key=partition, tags=tags)
     from assets.definitions import location_distill_job
@@ -296,26 +300,27 @@ def _terminal_bar(stage: str, days: int) -> Iterator[Callable[[], None]]:
         yield bar.update
 
 
-def run_range(keys: Sequence[str], echo: Callable[[str], None] = print, shard: int = 0) -> RangeRun:
+def run_range(keys: Sequence[str], settings: Settings, echo: Callable[[str], None] = print,
+              shard: int = 0) -> RangeRun:
     """Materialize every asset over the consecutive days `keys` in one run (of one shard's
-    users, sharded): each stage works through the days in order, so a day without data
-    costs little more than Dagster's bookkeeping of it. A failed step fails the run (the
-    days a stage committed stay)."""
-    # Imported here so that the environment the CLI prepared is what the resources read.
+    users, sharded) with `settings`: each stage works through the days in order, so a day
+    without data costs little more than Dagster's bookkeeping of it. A failed step fails the
+    run (the days a stage committed stay)."""
+    use_settings(settings)
     from assets.definitions import all_assets, distill_job
-    from assets.resources import resources_from_env
+    from assets.resources import resources_from
 
     defs = dg.Definitions(
-        assets=all_assets, jobs=[distill_job], resources=resources_from_env(),
+        assets=all_assets, jobs=[distill_job], resources=resources_from(settings),
         loggers={"progress": progress_logger(echo)},
     )
     job = defs.resolve_job_def("distill")
     instance = dg.DagsterInstance.get()
     started = time.perf_counter()
     invocation = uuid.uuid4().hex
-    with progress_bars(_terminal_bar):
-        result, signum = _stoppable(partial(execute_range, job, keys, instance, echo, shard, {INVOCATION_TAG: invocation}),
-                                    instance, invocation, echo)
+    with progress_bars(_terminal_bar), handed_off(settings):
+        result, signum = _stoppable(partial(execute_range, job, keys, instance, echo, shard, {INVOCATION_TAG: invocation},
+                                            settings.executor), instance, invocation, echo)
     if signum is not None and not result.success:
         raise RunInterrupted(keys, shard, signum, _first_failed_step(result))
     if not result.success:
@@ -387,12 +392,12 @@ def _silent(line: str) -> None:
     pass
 
 
-def _run_shard(keys: Sequence[str], shard: int, show_steps: bool) -> RangeRun:
+def _run_shard(keys: Sequence[str], settings: Settings, shard: int, show_steps: bool) -> RangeRun:
     """One shard's run in a worker process (its own Dagster run and pools)."""
-    return run_range(keys, partial(_echo_as, f"[shard {shard}] ") if show_steps else _silent, shard)
+    return run_range(keys, settings, partial(_echo_as, f"[shard {shard}] ") if show_steps else _silent, shard)
 
 
-def run_shards(keys: Sequence[str], shards: Sequence[int], parallel: int,
+def run_shards(keys: Sequence[str], settings: Settings, shards: Sequence[int], parallel: int,
                echo: Callable[[str], None] = print, show_steps: bool = True) -> list[RangeRun]:
     """Each shard's run over the days `keys`, `parallel` at a time, each in a process of its
     own (one shard alone runs here), printing its steps' lines unless not `show_steps`.
@@ -402,13 +407,15 @@ def run_shards(keys: Sequence[str], shards: Sequence[int], parallel: int,
         ran = []
         for number, shard in enumerate(shards, 1):
             echo(f"[{number}/{len(shards)}] {keys[0]} .. {keys[-1]} ({len(keys)} days, one run){shard_label(shard)}")
-            ran.append(run_range(keys, echo if show_steps else _silent, shard))
+            ran.append(run_range(keys, settings, echo if show_steps else _silent, shard))
         return ran
     echo(f"{keys[0]} .. {keys[-1]} ({len(keys)} days): {len(shards)} shard runs, {parallel} at a time")
     dg.DagsterInstance.get().get_runs(limit=1)  # Dagster's tables made here, not raced for by the workers
     ran, failed = [], []
-    with ProcessPoolExecutor(max_workers=parallel, mp_context=multiprocessing.get_context("spawn")) as workers:
-        futures = {workers.submit(_run_shard, keys, shard, show_steps): shard for shard in shards}
+    # each worker defines the assets from `settings` before the task's module imports them
+    with ProcessPoolExecutor(max_workers=parallel, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=use_settings, initargs=(settings,)) as workers:
+        futures = {workers.submit(_run_shard, keys, settings, shard, show_steps): shard for shard in shards}
         for future in as_completed(futures):
             try:
                 ran.append(future.result())

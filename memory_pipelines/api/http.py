@@ -24,8 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from memory_pipelines.api.asgi import AccessLog, BodyLimit, bearer, note_key
-from memory_pipelines.api.service import RETRY_AFTER_SECONDS, ApiError, Caller, MemoryService
-from memory_pipelines.config import ApiSettings
+from memory_pipelines.api.access import ApiError, Caller
+from memory_pipelines.api.service import RETRY_AFTER_SECONDS, MemoryService
+from memory_pipelines.config import ApiSettings, Settings, load
 from memory_pipelines.core.fact_extraction import SOURCES
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES
 
@@ -144,14 +145,14 @@ def _known_parameters_only(request: Request) -> None:
                                f"{', '.join(sorted(known)) or 'none'}")
 
 
-def create_app(service: MemoryService | None = None, settings: ApiSettings | None = None) -> Any:
-    """The API as an ASGI app. Without `service`, the process opens its own from the
+def create_app(process_settings: Settings, service: MemoryService | None = None) -> Any:
+    """The API as an ASGI app. Without `service`, the process opens its own from its
     settings when it starts (as each `--workers` process does) and closes it on shutdown."""
-    settings = settings or ApiSettings.from_env()
+    settings = ApiSettings.from_settings(process_settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.service = service or await anyio.to_thread.run_sync(MemoryService.open)
+        app.state.service = service or await anyio.to_thread.run_sync(MemoryService.open, process_settings)
         try:
             yield
         finally:
@@ -335,5 +336,6 @@ def create_app(service: MemoryService | None = None, settings: ApiSettings | Non
 
 
 def build_app() -> Any:
-    """The app a `--workers` process imports (`uvicorn --factory`)."""
-    return create_app()
+    """The app a `--workers` process imports (`uvicorn --factory`), with the settings
+    `serve` handed it."""
+    return create_app(load())

@@ -23,8 +23,9 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from memory_pipelines.api.asgi import ASGIApp, AccessLog, Receive, Scope, Send, bearer, note_key, send_error
-from memory_pipelines.api.service import ApiError, Caller, MemoryService, Unauthorized
-from memory_pipelines.config import ApiSettings, setting
+from memory_pipelines.api.access import ApiError, Caller, Unauthorized
+from memory_pipelines.api.service import MemoryService
+from memory_pipelines.config import ApiSettings
 from memory_pipelines.core.fact_extraction import SOURCES
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, MERGE_MODES, SEARCH_SCOPES
 
@@ -40,14 +41,14 @@ INSTRUCTIONS = (
 Result = dict[str, Any]
 
 
-def build_server(service: MemoryService, settings: ApiSettings | None = None) -> MCPServer:
+def build_server(service: MemoryService) -> MCPServer:
     """The MCP server over `service`: its tools and the `memory_summary` resource."""
-    settings = settings or ApiSettings.from_env()
+    settings = ApiSettings.from_settings(service.settings)
     server = MCPServer("memory-pipelines", instructions=INSTRUCTIONS, version=importlib.metadata.version("memory-pipelines"))
 
     def caller(ctx: Context) -> Caller:
         headers = ctx.headers
-        return service.caller(bearer(headers) if headers is not None else setting("MEMORY_API_KEY"))
+        return service.caller(bearer(headers) if headers is not None else service.settings.api_key)
 
     async def run(ctx: Context, operation: Callable[[Caller], Result], error: type[Exception] = ToolError) -> Result:
         """`operation` as the call's key, in a worker thread, within the time limit."""
@@ -258,10 +259,10 @@ class BearerGate:
         await self.app(scope, receive, send)
 
 
-def http_app(service: MemoryService, host: str, settings: ApiSettings | None = None) -> ASGIApp:
+def http_app(service: MemoryService, host: str) -> ASGIApp:
     """MCP over streamable HTTP at /mcp: stateless (any worker answers any request) with JSON
     answers, behind the key check and the access log."""
-    settings = settings or ApiSettings.from_env()
-    app = build_server(service, settings).streamable_http_app(
+    settings = ApiSettings.from_settings(service.settings)
+    app = build_server(service).streamable_http_app(
         stateless_http=True, json_response=True, host=host, max_request_body_size=settings.max_body_bytes)
     return AccessLog(BearerGate(app, service), "mcp")

@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,8 +23,9 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines import graph, lineage
-from memory_pipelines.api.keys import ApiKey, authenticate
-from memory_pipelines.config import DecaySettings
+from memory_pipelines.api.access import API, ApiError, Unauthorized, Forbidden, NotFound, Conflict, Caller
+from memory_pipelines.api.keys import authenticate
+from memory_pipelines.config import DecaySettings, Settings
 from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db import knowledge as knowledge_db
 from memory_pipelines.db.outage import DatabaseLost, ServerLog, connection_lost
@@ -37,7 +38,7 @@ from memory_pipelines.core.fact_extraction import (
 from memory_pipelines.core.knowledge_entries import DECAY_FORMULA, decay_terms, prepare
 from memory_pipelines.lifecycle import judge_decay, user_clocks
 from memory_pipelines.llm import ModelBackend, build_backend
-from memory_pipelines.llm.backends import render_transcript
+from memory_pipelines.llm.rendering import render_transcript
 from memory_pipelines.llm.config import ModelConfig, chat_config, decision_config
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES, Message
 from memory_pipelines.session_context import context_for
@@ -48,65 +49,11 @@ from memory_pipelines.core.transcript_scan import hash_message
 
 log = logging.getLogger("memory_pipelines.api")
 
-API = "api"  # the model and prompt version of what the API writes
 MAX_K = 20
 MAX_QUESTION_CHARS = 10_000  # a question, not a document: longer ones are refused, not cut
 STATEMENT_TIMEOUT_MS = 10_000
 # what a client is told to wait after the database went away: a crashed server recovers in about a second
 RETRY_AFTER_SECONDS = 5
-
-
-class ApiError(Exception):
-    """A refused request: an HTTP status, a stable code, and a message naming what to fix."""
-
-    status = 400
-    code = "invalid_request"
-
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
-
-
-class Unauthorized(ApiError):
-    status, code = 401, "unauthorized"
-
-
-class Forbidden(ApiError):
-    status, code = 403, "forbidden"
-
-
-class NotFound(ApiError):
-    status, code = 404, "not_found"
-
-
-class Conflict(ApiError):
-    status, code = 409, "idempotency_conflict"
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who is asking: a live key."""
-    key: ApiKey
-
-    def user(self, requested: str | None) -> str | None:
-        """The user the request acts as: the key's own; an admin's names one, or none (every
-        user, for searches). Naming another user with a user's key is refused."""
-        if self.key.admin:
-            return requested
-        if requested is not None and requested != self.key.user_id:
-            raise Forbidden(f"this key acts for user {self.key.user_id!r}, not {requested!r}")
-        return self.key.user_id
-
-    def one_user(self, requested: str | None) -> str:
-        user = self.user(requested)
-        if user is None:
-            raise ApiError("name the user (user_id): an admin key acts for every user, a write for one")
-        return user
-
-    def lineage(self, now: datetime) -> dict:
-        """What rows written for this request record about where they came from."""
-        return {"run_id": f"api:key-{self.key.id}:{now.isoformat(timespec='seconds')}", "model": API,
-                "prompt_version": API, "partition_key": now.date().isoformat()}
 
 
 def _k(k: int | None, default: int = 5) -> int:
@@ -132,26 +79,30 @@ class MemoryService:
     timeout. `embedder` serves every search (built once per process: a local model loads
     once); model back ends are built per request from the settings."""
 
-    def __init__(self, pool: ConnectionPool, embedder: Embedder, *,
-                 chat: Callable[[], ModelConfig] = chat_config, decision: Callable[[], ModelConfig] = decision_config,
+    def __init__(self, pool: ConnectionPool, embedder: Embedder, settings: Settings, *,
                  statement_timeout_ms: int = STATEMENT_TIMEOUT_MS, server_log: ServerLog | None = None):
-        self.pool, self.embedder = pool, embedder
-        self._chat, self._decision = chat, decision
+        self.pool, self.embedder, self.settings = pool, embedder, settings
         self.statement_timeout_ms = statement_timeout_ms
         self.server_log = server_log or ServerLog(None)
 
     @classmethod
-    def open(cls) -> "MemoryService":
-        """The service of this process, from the validated settings: the database's pool
-        (sized by MEMORY_API_POOL_SIZE) and the configured embedder."""
-        from memory_pipelines.config import ApiSettings, Settings
+    def open(cls, settings: Settings) -> "MemoryService":
+        """The service of this process, from its settings: the database's pool (sized by
+        MEMORY_API_POOL_SIZE) and the configured embedder."""
+        from memory_pipelines.config import ApiSettings
         from memory_pipelines.db.connection import get_pool, resolve_url
         from memory_pipelines.embed import build_embedder, embed_config
 
-        settings, api = Settings.from_env(), ApiSettings.from_env()
+        api = ApiSettings.from_settings(settings)
         pool = get_pool(resolve_url(settings.database_url, settings.home), max_size=api.pool_size)
-        return cls(pool, build_embedder(embed_config()), statement_timeout_ms=int(api.timeout * 1000),
+        return cls(pool, build_embedder(embed_config(settings)), settings, statement_timeout_ms=int(api.timeout * 1000),
                    server_log=ServerLog.of_home(settings.home, settings.database_url))
+
+    def _chat(self) -> ModelConfig:
+        return chat_config(self.settings)
+
+    def _decision(self) -> ModelConfig:
+        return decision_config(self.settings)
 
     def close(self) -> None:
         self.embedder.close()
@@ -237,7 +188,7 @@ class MemoryService:
         try:
             with self._conn() as conn:
                 self._own_session(conn, caller, session_id)
-                bounded = None if limit is None else max(0, min(200, limit))
+                bounded = self.settings.context_messages if limit is None else max(0, min(200, limit))
                 ctx = context_for(conn, session_id, request, limit=bounded, decision=decision,
                                   include_forks=include_forks)
         finally:
@@ -282,7 +233,7 @@ class MemoryService:
         newest message (conversation time, as the pipeline judges): each score with the
         formula's parts, and the verdict's reason (too_young, above_threshold, decayed …)."""
         user = caller.one_user(user_id)
-        rules = DecaySettings.from_env()
+        rules = DecaySettings.from_settings(self.settings)
         with self._conn() as conn:
             now = datetime.now(UTC)
             as_of = user_clocks(conn, [user], now).get(user, now)
@@ -314,7 +265,8 @@ class MemoryService:
                 user = caller.user(user_id) or owner
                 if user != owner:
                     raise NotFound(f"no session {session_id!r} of user {user!r}")
-            scores = get_turns_by_score(conn, user, session_id, max(1, min(100, k)))
+            scores = get_turns_by_score(conn, user, session_id, max(1, min(100, k)),
+                                       rules=DecaySettings.from_settings(self.settings))
         return scores.to_json()
 
     def lineage(self, caller: Caller, kind: str, ident: str) -> dict:

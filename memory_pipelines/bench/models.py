@@ -22,7 +22,8 @@ from memory_pipelines.bench.retrieval import percentile
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.core.fact_extraction import validate_items
 from memory_pipelines.core.knowledge_entries import prepare
-from memory_pipelines.llm.backends import ModelCall, ModelError, PromptedBackend, render_transcript
+from memory_pipelines.llm.backends import ModelCall, ModelError, PromptedBackend
+from memory_pipelines.llm.rendering import render_transcript
 from memory_pipelines.records import Distillation, Message, Summary, TimeWindow
 from memory_pipelines.core.noise_filter import cut_segments
 from memory_pipelines.core.summary_fold import chunk_messages

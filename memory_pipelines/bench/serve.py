@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack, closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -32,6 +32,7 @@ from memory_pipelines.api import keys
 from memory_pipelines.bench.needles import QUESTIONS
 from memory_pipelines.bench.search.timing import Latency, load_average
 from memory_pipelines.db.queries import query
+from memory_pipelines.config import Settings, child_environment
 from memory_pipelines.embed import embed_config
 from memory_pipelines.ports import free_port
 
@@ -210,8 +211,10 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run(url: str, config: ServeBenchConfig, progress: Callable[[str], None] = lambda line: None) -> ServeBenchResult:
-    """Load `serve http` and `serve mcp --http` over the database at `url`."""
+def run(settings: Settings, config: ServeBenchConfig,
+        progress: Callable[[str], None] = lambda line: None) -> ServeBenchResult:
+    """Load `serve http` and `serve mcp --http` over the database of `settings` (MEMORY_DATABASE_URL)."""
+    url = settings.database_url
     with closing(psycopg.connect(url, autocommit=True)) as conn:
         user = config.user or next(iter(conn.execute(query("bench_busiest_user")).fetchone() or ()), None)
         if user is None:
@@ -223,8 +226,7 @@ def run(url: str, config: ServeBenchConfig, progress: Callable[[str], None] = la
         if not questions:
             raise ServeBenchError(f"user {user!r} has no facts to ask about and no sample questions: name one with --user")
         key, secret = keys.create_key(conn, user, name="bench serve")
-    env = {**os.environ, "MEMORY_DATABASE_URL": url}
-    env.pop("MEMORY_API_KEY", None)
+    env = child_environment(replace(settings, api_key=None))
     log = Path(tempfile.mkdtemp(prefix="memory-bench-serve-")) / "server.log"
     before = load_average()
     loads = []
@@ -247,7 +249,7 @@ def run(url: str, config: ServeBenchConfig, progress: Callable[[str], None] = la
     finally:
         with closing(psycopg.connect(url, autocommit=True)) as conn:
             keys.revoke_key(conn, key.id)
-    embedding = embed_config()
+    embedding = embed_config(settings)
     return ServeBenchResult(user, f"{embedding.backend}/{embedding.model}", len(questions), config.clients, config.seconds, config.workers, os.cpu_count() or 0,
                             facts, turns, (before, load_average()), tuple(loads), str(log))
 

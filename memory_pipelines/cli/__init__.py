@@ -8,9 +8,9 @@ import signal
 import sys
 
 from memory_pipelines.cli import bench, database, inventory, lifecycle, run, search, serve
-from memory_pipelines.cli.common import CliError, UsageError, _settings
+from memory_pipelines.cli.common import CliError, UsageError
 from memory_pipelines.cli.database import cmd_config, cmd_doctor
-from memory_pipelines.config import ConfigError, validate_environment
+from memory_pipelines.config import ConfigError, Settings, load, unknown_settings, unreadable
 from memory_pipelines.interrupts import Interrupted, raise_on_stop_signals
 
 
@@ -47,25 +47,25 @@ READING_COMMANDS = frozenset({"users", "sessions", "search", "context", "turns",
                               "export", "formats"})
 
 
-def _checked_settings(command: str) -> list[str]:
-    """Every setting parsed before anything runs; the warnings to print."""
-    try:
-        return validate_environment()
-    except ConfigError as exc:
-        if command not in READING_COMMANDS:
-            raise
-        return [f"{line} (ignored unless `{command}` needs it)" for line in str(exc).splitlines()]
+def _process_settings(command: str, reports_settings: bool) -> tuple[Settings, list[str]]:
+    """The command's settings, every one parsed before anything runs, and the warnings to
+    print. A command that reports on the settings (`config`, `doctor`) and a reading one get
+    their bad values as unreadable (reading one refuses then); any other refuses at once."""
+    settings = load(lenient=reports_settings or command in READING_COMMANDS)
+    if reports_settings:
+        return settings, []
+    return settings, [*(f"{line} (ignored unless `{command}` needs it)" for line in unreadable(settings)),
+                      *unknown_settings()]
 
 
-def _server_log():
-    """Where the embedded server's log ends as the command begins (settings unreadable: none)."""
+def _server_log(settings: Settings):
+    """Where the embedded server's log ends as the command begins (its settings unreadable: none)."""
     from memory_pipelines.db.outage import ServerLog
 
     try:
-        settings = _settings()
+        return ServerLog.of_home(settings.home, settings.database_url)
     except ConfigError:
         return ServerLog(None)
-    return ServerLog.of_home(settings.home, settings.database_url)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,13 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # a pool refilling while the server restarts: the command's own error says what happened
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-    server_log = _server_log()
+    try:
+        settings, warnings = _process_settings(args.command, args.func in (cmd_config, cmd_doctor))
+    except ConfigError as exc:
+        _error(str(exc))
+        return 2
+    server_log = _server_log(settings)
     raise_on_stop_signals()
     try:
-        if args.func not in (cmd_config, cmd_doctor):  # every setting checked before anything runs (they say it)
-            for warning in _checked_settings(args.command):
-                print(f"memory-pipelines: warning: {warning}", file=sys.stderr)
-        return args.func(args)
+        for warning in warnings:
+            print(f"memory-pipelines: warning: {warning}", file=sys.stderr)
+        return args.func(args, settings)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: stopped, not failed
         stopped = exc if isinstance(exc, Interrupted) else Interrupted()
         print(f"memory-pipelines: stopped by {signal.Signals(stopped.signum).name}"

@@ -5,18 +5,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from memory_pipelines.cli.common import CliError, UsageError, _connect_url, _positive_int, _settings
+from memory_pipelines.cli.common import CliError, UsageError, _connect_url, _positive_int
 from memory_pipelines.cli.serve import _serving_database
-from memory_pipelines.config import ConfigError
+from memory_pipelines.config import ConfigError, Settings
 
 
-def cmd_bench_distill(args: argparse.Namespace) -> int:
-    if args.shards is not None:  # read when the assets' partitions are defined, on import
-        os.environ["MEMORY_SHARDS"] = str(args.shards)
+def _benchmark_settings(settings: Settings) -> Settings:
+    """The settings a benchmark defines the assets with, before it imports them: it
+    distills into a database of its own, so its partitions do not start at the first day of
+    the pipeline's."""
+    from assets.location import use_settings
+    from assets.partition_start import fixed_start
+
+    settings = fixed_start(settings)
+    use_settings(settings)
+    return settings
+
+
+def cmd_bench_distill(args: argparse.Namespace, settings: Settings) -> int:
+    if args.shards is not None:
+        settings = replace(settings, shards=args.shards)
+    settings = _benchmark_settings(settings)
     from assets.bench.distill import run_distill_benchmark
     from memory_pipelines.bench.distill import distill_markdown
     from memory_pipelines.generator import GeneratorConfig
@@ -29,16 +42,16 @@ def cmd_bench_distill(args: argparse.Namespace) -> int:
     prices = None
     if args.kind == "cost":
         try:
-            prices = load_price_table(args.price_table or bench_price_table())
+            prices = load_price_table(args.price_table or bench_price_table(settings.price_table))
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
-    result = run_distill_benchmark(config, cost=args.kind == "cost", echo=lambda line: print(line, file=sys.stderr),
+    result = run_distill_benchmark(config, settings, cost=args.kind == "cost", echo=lambda line: print(line, file=sys.stderr),
                                    executor=args.executor)
     print(json.dumps(result.to_json(prices), indent=2) if args.json else distill_markdown(result, prices))
     return 0
 
 
-def cmd_bench_ingest(args: argparse.Namespace) -> int:
+def cmd_bench_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from assets.bench.ingest import ingest_markdown, run_ingest_benchmark
     from memory_pipelines.generator import DayFilesConfig
 
@@ -46,12 +59,12 @@ def cmd_bench_ingest(args: argparse.Namespace) -> int:
         config = DayFilesConfig(messages=args.messages, days=args.days, seed=args.seed)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    result = run_ingest_benchmark(config, s3=not args.no_s3, echo=lambda line: print(line, file=sys.stderr))
+    result = run_ingest_benchmark(config, settings, s3=not args.no_s3, echo=lambda line: print(line, file=sys.stderr))
     print(json.dumps(result.to_json(), indent=2) if args.json else ingest_markdown(result))
     return 0
 
 
-def cmd_bench_models(args: argparse.Namespace) -> int:
+def cmd_bench_models(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.bench import models as bench_models
     from memory_pipelines.llm import ModelConfig, build_backend
     from memory_pipelines.llm.probe import ModelServerUnreachable, model_server, probe
@@ -87,14 +100,15 @@ def cmd_bench_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_backfill(args: argparse.Namespace) -> int:
+def cmd_bench_backfill(args: argparse.Namespace, settings: Settings) -> int:
+    settings = _benchmark_settings(settings)
     from assets.bench.distill import run_backfill_benchmark
     from memory_pipelines.bench.distill import backfill_markdown
 
     if not 1 <= args.short_days < args.long_days:
         raise UsageError(f"--short-days {args.short_days} must be at least 1 and below --long-days {args.long_days}")
     try:
-        result = run_backfill_benchmark(args.users, args.sessions, args.seed, args.short_days, args.long_days,
+        result = run_backfill_benchmark(args.users, args.sessions, args.seed, args.short_days, args.long_days, settings,
                                         echo=lambda line: print(line, file=sys.stderr, flush=True))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -102,17 +116,17 @@ def cmd_bench_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import asdict
 
     from memory_pipelines.bench import needles, retrieval
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.embed import build_embedder, embed_config
 
-    embedder = build_embedder(embed_config())
+    embedder = build_embedder(embed_config(settings))
     try:
         if args.needles:
-            pool = get_pool(_connect_url(_settings()))
+            pool = get_pool(_connect_url(settings))
             with pool.connection() as conn:
                 scores = needles.retrieval(conn, embedder, k=args.k)
             if not any(s.questions for s in scores):
@@ -124,10 +138,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             else:
                 print(needles.markdown(scores, args.k, embedder.model_id))
             return 0
+        settings = _benchmark_settings(settings)
         from assets.bench.distill import evidence_database
         from memory_pipelines.bench.evidence_set import load_questions
 
-        url, written = evidence_database(args.users, args.seed, embedder.model_id, rebuild=args.rebuild,
+        url, written = evidence_database(args.users, args.seed, embedder.model_id, settings, rebuild=args.rebuild,
                                          echo=lambda line: print(line, file=sys.stderr, flush=True))
         questions = load_questions(written.questions)
         rows = (*retrieval.EVIDENCE_ROWS, *retrieval.VARIANT_ROWS) if args.variants else retrieval.EVIDENCE_ROWS
@@ -143,7 +158,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_search(args: argparse.Namespace) -> int:
+def cmd_bench_search(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.bench.search import report, timing
     from memory_pipelines.bench.search.build import SearchBenchConfig
     from memory_pipelines.embed import EmbedConfig, build_embedder, embed_config
@@ -153,8 +168,8 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
                                    seed=args.seed, turns=args.turns)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    url = _connect_url(_settings())
-    embedder = build_embedder(EmbedConfig() if args.embedder == "hashing" else embed_config())
+    url = _connect_url(settings)
+    embedder = build_embedder(EmbedConfig() if args.embedder == "hashing" else embed_config(settings))
     try:
         result = timing.run(url, config, embedder, rebuild=args.rebuild,
                             progress=lambda line: print(line, file=sys.stderr, flush=True))
@@ -164,7 +179,7 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_serve(args: argparse.Namespace) -> int:
+def cmd_bench_serve(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.bench import serve as bench_serve
 
     try:
@@ -173,9 +188,9 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
                                               user=args.user, budget=args.budget)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    url = _serving_database()
+    settings = _serving_database(settings)
     try:
-        result = bench_serve.run(url, config, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        result = bench_serve.run(settings, config, progress=lambda line: print(line, file=sys.stderr, flush=True))
     except bench_serve.ServeBenchError as exc:
         raise CliError(str(exc)) from None
     print(bench_serve.to_json(result) if args.json else bench_serve.markdown(result))

@@ -17,10 +17,6 @@ class UsageError(CliError):
     something that cannot be done as asked (a bad setting, a file that is no transcript)."""
 
 
-def _settings() -> Settings:
-    return Settings.from_env()
-
-
 def _connect_url(settings: Settings) -> str:
     from memory_pipelines.db.connection import resolve_url
 
@@ -72,8 +68,8 @@ def _require_session(conn, session_id: str, user_id: str | None = None) -> None:
         raise CliError(f"session {session_id!r} belongs to another user than {user_id!r}")
 
 
-def _say_default_embedder(prefix: str, out) -> None:
+def _say_default_embedder(settings: Settings, prefix: str, out) -> None:
     from memory_pipelines.embed import default_embedder_note
 
-    if note := default_embedder_note():
+    if note := default_embedder_note(settings):
         print(f"{prefix}{note}", file=out)

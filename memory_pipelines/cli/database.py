@@ -10,16 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memory_pipelines.cli.common import CliError, _connect_url, _settings
-from memory_pipelines.config import ConfigError
+from memory_pipelines.cli.common import CliError, _connect_url
+from memory_pipelines.config import ConfigError, Settings
 from memory_pipelines.interrupts import Interrupted
 
 
-def cmd_db(args: argparse.Namespace) -> int:
+def cmd_db(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db import embedded
     from memory_pipelines.db.migrations import has_extension, migrate
 
-    settings = _settings()
     external = settings.database_url is not None
     if args.action == "url":
         print(_connect_url(settings))
@@ -70,12 +69,11 @@ def _workspace_args() -> list[str]:
     return ["-m", "assets.definitions"]
 
 
-def cmd_ui(args: argparse.Namespace) -> int:
+def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
     from assets.run.runner import ensure_dagster_home
 
-    settings = _settings()
     # start the embedded server before Dagster's processes join it: its runs and events live there
-    ensure_dagster_home(settings.home, _connect_url(settings))
+    ensure_dagster_home(settings.home, _connect_url(settings), max_concurrent_runs=settings.max_concurrent_runs)
     command = [sys.executable, "-m", "dagster", "dev", *_workspace_args(), "-h", args.host, "-p", str(args.port)]
     # A shell that started us in the background leaves SIGINT ignored, and dagster dev maps
     # SIGTERM to SIGINT: restore the default in the child so both stop it.
@@ -99,50 +97,49 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return status
 
 
-def _derived_values() -> dict[str, object]:
+def _derived_values(settings: Settings) -> dict[str, object]:
     """What the settings that follow others resolve to: the model and embedder families."""
-    from memory_pipelines.config import default_home
     from memory_pipelines.embed import embed_config
     from memory_pipelines.llm.config import FIELD_BY_SUFFIX, chat_config, decision_config
 
     from assets.partition_start import derived_start
 
-    values: dict[str, object] = {"MEMORY_HOME": default_home(), "MEMORY_PARTITION_START": derived_start()}
-    for prefix, model in (("MEMORY_LLM", chat_config()), ("MEMORY_DECISION", decision_config())):
+    values: dict[str, object] = {"MEMORY_HOME": settings.home, "MEMORY_PARTITION_START": derived_start(settings)}
+    for prefix, model in (("MEMORY_LLM", chat_config(settings)), ("MEMORY_DECISION", decision_config(settings))):
         values.update({f"{prefix}_{suffix}": getattr(model, name) for suffix, name in FIELD_BY_SUFFIX.items()})
-    embed = embed_config()
+    embed = embed_config(settings)
     values.update({f"MEMORY_EMBED_{suffix}": getattr(embed, name) for suffix, name in (
         ("BACKEND", "backend"), ("BASE_URL", "base_url"), ("MODEL", "model"), ("API_KEY", "api_key"),
         ("DIM", "dimension"), ("BATCH", "batch_size"))})
     return values
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.doctor import FAIL, as_json, diagnose
 
-    checks = diagnose(echo=None if args.json else lambda check: print(check.line(), flush=True))
+    checks = diagnose(settings, echo=None if args.json else lambda check: print(check.line(), flush=True))
     if args.json:
         print(json.dumps(as_json(checks), indent=2))
     return 1 if any(check.status == FAIL for check in checks) else 0
 
 
-def cmd_config(args: argparse.Namespace) -> int:
-    from memory_pipelines.config import SPECS, mask_url, raw_value, setting
+def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    from memory_pipelines.config import SPECS, mask_url, unreadable, variable_text
 
-    problems, values = [], {}
-    for name in SPECS:
+    problems, values = unreadable(settings), {}
+    for name, spec in SPECS.items():
         try:
-            values[name] = setting(name)
-        except ConfigError as exc:
-            problems.append(str(exc))
-    derived = {} if problems else _derived_values()
+            values[name] = getattr(settings, spec.field)
+        except ConfigError:
+            pass
+    derived = {} if problems else _derived_values(settings)
     rows = []
     for name, spec in SPECS.items():
         if name not in values:
             rows.append((name, "(invalid)", "environment"))
             continue
-        value, source = values[name], "environment" if raw_value(name) is not None else "default"
-        if raw_value(name) is None and spec.derived and name in derived:
+        value, source = values[name], "environment" if variable_text(name) is not None else "default"
+        if variable_text(name) is None and spec.derived and name in derived:
             value, source = derived[name], f"derived: {spec.derived}"
         if value is None or value == "":
             shown = "-"

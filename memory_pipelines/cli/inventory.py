@@ -7,7 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
-from memory_pipelines.cli.common import CliError, _connect_url, _positive_int, _require_user, _settings
+from memory_pipelines.cli.common import CliError, _connect_url, _positive_int, _require_user
+from memory_pipelines.config import Settings
 
 
 def _quarantine_line(row) -> str:
@@ -19,14 +20,14 @@ def _quarantine_line(row) -> str:
             f" · run {row.run_id} {row.quarantined_at:%Y-%m-%d %H:%M}{resolved}")
 
 
-def cmd_quarantine(args: argparse.Namespace) -> int:
+def cmd_quarantine(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import asdict
 
     from memory_pipelines.db import transcripts as transcripts_db
     from memory_pipelines.db.connection import get_pool
 
     open_rows, resolved = not args.resolved, args.resolved or args.all
-    with get_pool(_connect_url(_settings())).connection() as conn:
+    with get_pool(_connect_url(settings)).connection() as conn:
         rows = transcripts_db.quarantine_rows(conn, open_rows=open_rows, resolved=resolved, reason=args.reason,
                                               limit=args.limit)
         open_count, resolved_count = transcripts_db.quarantine_totals(conn, args.reason)
@@ -46,19 +47,19 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_embeddings(args: argparse.Namespace) -> int:
+def cmd_embeddings(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.db.queries import query
     from memory_pipelines.embed import EmbeddingError, build_embedder, embed_config
 
-    embedder = build_embedder(embed_config())
+    embedder = build_embedder(embed_config(settings))
     try:
         configured = embedder.model_id
     except EmbeddingError as exc:
         configured = f"{embedder.config.backend}:{embedder.config.model}:? ({exc})"
     finally:
         embedder.close()
-    with get_pool(_connect_url(_settings())).connection() as conn:
+    with get_pool(_connect_url(settings)).connection() as conn:
         rows = conn.execute(query("embedding_model_counts")).fetchall()
     print(f"configured embedder: {configured}")
     for table, model, count in rows:
@@ -74,11 +75,11 @@ def cmd_embeddings(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_users(args: argparse.Namespace) -> int:
+def cmd_users(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.db.queries import query
 
-    with get_pool(_connect_url(_settings())).connection() as conn:
+    with get_pool(_connect_url(settings)).connection() as conn:
         rows = conn.execute(query("stored_users")).fetchall()
     print(f"{len(rows)} user(s)")
     if rows:
@@ -90,11 +91,11 @@ def cmd_users(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sessions(args: argparse.Namespace) -> int:
+def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.db.queries import query
 
-    with get_pool(_connect_url(_settings())).connection() as conn:
+    with get_pool(_connect_url(settings)).connection() as conn:
         _require_user(conn, args.user)
         rows = conn.execute(query("user_sessions"), {"user_id": args.user}).fetchall()
     forks = sum(r[8] is not None for r in rows)
@@ -127,11 +128,11 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_lineage(args: argparse.Namespace) -> int:
+def cmd_lineage(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.lineage import lineage, render
 
-    pool = get_pool(_connect_url(_settings()))
+    pool = get_pool(_connect_url(settings))
     with pool.connection() as conn:
         try:
             report = lineage(conn, args.kind, args.id)
@@ -141,15 +142,14 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_formats(args: argparse.Namespace) -> int:
+def cmd_formats(args: argparse.Namespace, settings: Settings) -> int:
     """The format each transcript file would be read in, and what decided it: before a first run,
     or when a file is refused as canonical."""
-    from memory_pipelines.config import setting
     from memory_pipelines.formats import detect
     from memory_pipelines.sources.base import TranscriptSourceError
     from memory_pipelines.sources.local import LocalStore
 
-    forced = setting("MEMORY_TRANSCRIPT_FORMAT")
+    forced = settings.transcript_format
     found = []
     for path in map(Path, args.paths):
         store = LocalStore(path)

@@ -8,8 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from memory_pipelines.cli.common import (UsageError, _connect_url, _parse_moment, _require_session, _require_user,
-                                         _settings)
+from memory_pipelines.cli.common import UsageError, _connect_url, _parse_moment, _require_session, _require_user
+from memory_pipelines.config import Settings
 from memory_pipelines.records import ARCHIVE_REASONS, MERGE_MODES
 
 
@@ -29,13 +29,13 @@ def _print_removed(headline: str, removed: dict[str, int]) -> None:
             print(f"  {table:<28} {count:>7}")
 
 
-def cmd_forget(args: argparse.Namespace) -> int:
+def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     import psycopg
 
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.lifecycle import forget, unforget
 
-    pool = get_pool(_connect_url(_settings()))
+    pool = get_pool(_connect_url(settings))
     target = f"session {args.session} of user {args.user}" if args.session else f"user {args.user}"
     with pool.connection() as conn:
         if args.undo:
@@ -63,11 +63,11 @@ def cmd_forget(args: argparse.Namespace) -> int:
     raise UsageError("nothing deleted: pass --yes to delete, or --dry-run to only list what would go")
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.lifecycle import export_markdown
 
-    pool = get_pool(_connect_url(_settings()))
+    pool = get_pool(_connect_url(settings))
     with pool.connection() as conn:
         written = export_markdown(conn, Path(args.dir), args.user)
     print(f"wrote {len(written)} file(s) to {Path(args.dir).resolve()}")
@@ -88,13 +88,13 @@ def _archived_line(row) -> str:
             f" · {row.user_id or 'global'} · {row.label[:60]!r}{score} · run {row.run_id}")
 
 
-def cmd_archive_list(args: argparse.Namespace) -> int:
+def cmd_archive_list(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import asdict
 
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.lifecycle import archived_rows
 
-    with get_pool(_connect_url(_settings())).connection() as conn:
+    with get_pool(_connect_url(settings)).connection() as conn:
         rows = archived_rows(conn, _archive_selection(args))
     if args.json:
         print(json.dumps([asdict(r) for r in rows], default=str, ensure_ascii=False, indent=2))
@@ -105,7 +105,7 @@ def cmd_archive_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_archive_restore(args: argparse.Namespace) -> int:
+def cmd_archive_restore(args: argparse.Namespace, settings: Settings) -> int:
     import psycopg
 
     from memory_pipelines.db.connection import get_pool
@@ -114,7 +114,7 @@ def cmd_archive_restore(args: argparse.Namespace) -> int:
     selection = _archive_selection(args)
     if selection.empty:
         raise UsageError("say what to restore: archive row ids, --run RUN, --reason R and/or --since T (or --user U)")
-    with get_pool(_connect_url(_settings())).connection() as conn:
+    with get_pool(_connect_url(settings)).connection() as conn:
         with conn.transaction():
             results = restore_selected(conn, selection)
             if not args.yes:
@@ -134,11 +134,11 @@ def cmd_archive_restore(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_fork(args: argparse.Namespace) -> int:
+def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.forks import ForkError, fork_session
 
-    with get_pool(_connect_url(_settings())).connection() as conn:
+    with get_pool(_connect_url(settings)).connection() as conn:
         try:
             fork = fork_session(conn, args.session, args.as_, args.at, actor=args.by)
         except ForkError as exc:
@@ -148,13 +148,13 @@ def cmd_fork(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_merge(args: argparse.Namespace) -> int:
+def cmd_merge(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.forks import ForkError, merge_fork, restore_merge
     from memory_pipelines.llm import build_backend
     from memory_pipelines.llm.config import chat_config
 
-    pool = get_pool(_connect_url(_settings()))
+    pool = get_pool(_connect_url(settings))
     if args.restore:
         if args.dry_run:
             raise UsageError("--restore takes no --dry-run: it undoes the merge in force")
@@ -169,7 +169,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         return 0
     if args.mode is None:
         raise UsageError("merge needs --mode append|replace|summarize (or --restore)")
-    writer = build_backend(chat_config()) if args.mode == "summarize" else None
+    writer = build_backend(chat_config(settings)) if args.mode == "summarize" else None
     try:
         with pool.connection() as conn:
             report = merge_fork(conn, args.fork, args.into, args.mode, actor=args.by, dry_run=args.dry_run,

@@ -4,27 +4,28 @@ synthetic transcripts."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
 from memory_pipelines.cli.common import (CliError, UsageError, _connect_url, _parse_day, _positive_int,
-                                         _say_default_embedder, _settings)
+                                         _say_default_embedder)
+from memory_pipelines.config import Settings
 from memory_pipelines.interrupts import Interrupted
 from memory_pipelines.records import TRANSCRIPT_FORMATS
 
 
-def _probe_model_servers() -> None:
+def _probe_model_servers(settings: Settings) -> None:
     """Fail in seconds, before anything is written, when a configured model server is down."""
     from memory_pipelines.embed import embed_config
     from memory_pipelines.llm.config import chat_config, decision_config
     from memory_pipelines.llm.probe import ModelServerUnreachable, model_server, probe
 
-    chat, decision, embed = chat_config(), decision_config(), embed_config()
+    chat, decision, embed = chat_config(settings), decision_config(settings), embed_config(settings)
     try:
         probe([model_server(chat.backend, chat.base_url, "MEMORY_LLM", "rules"),
                model_server(decision.backend, decision.base_url, "MEMORY_DECISION", "rules"),
@@ -77,7 +78,7 @@ def _quarantine_undated(source, url: str) -> tuple[str, str | None]:
     return _refused_summary(reasons), first
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.config import mask_url
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.sources import SourceSettings, open_source
@@ -92,15 +93,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             if not path.exists():
                 raise UsageError(f"transcript path does not exist: {path}")
             location = str(path)
-        os.environ["MEMORY_TRANSCRIPTS"] = location
+        settings = replace(settings, transcripts=location)
     if args.format:
-        os.environ["MEMORY_TRANSCRIPT_FORMAT"] = args.format
-    settings = _settings()
+        settings = replace(settings, transcript_format=args.format)
     start, end = _parse_day(args.start, "--start"), _parse_day(args.end, "--end")
     shown = mask_url(settings.transcripts)
     url = _connect_url(settings)
     pool = get_pool(url)  # migrates before any run starts
-    source = open_source(SourceSettings.from_env(), PostgresIndex(pool))
+    source = open_source(SourceSettings.from_settings(settings), PostgresIndex(pool))
     try:
         found = source.inventory()
     except TranscriptSourceError as exc:
@@ -115,9 +115,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"all {found.records} record(s) under {shown} were refused ({reasons}) and "
                        "quarantined under 'undated': none was read with a time, so no day was run"
                        + (f"; the first: {first}" if first else ""))
+    from assets.location import use_settings
     from assets.partition_start import follow_run
 
-    follow_run(found.first_day)  # a source the database has not indexed (a postgresql:// table) may start earlier
+    # a source the database has not indexed (a postgresql:// table) may start earlier
+    settings = follow_run(settings, found.first_day)
+    use_settings(settings)  # before the assets are defined
     from assets.run.runner import (RunFailed, RunInterrupted, ensure_dagster_home, last_partition_day,
                                partition_keys_between, run_shards)
 
@@ -135,14 +138,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     start, end = start or found.first_day, end or found.last_day
     if end < start:
         raise UsageError(f"--end {end} is before --start {start}")
-    _probe_model_servers()
+    _probe_model_servers(settings)
 
     from memory_pipelines.db import schema as schema_db
     from memory_pipelines.db import transcripts as transcripts_db
     from memory_pipelines.shards import ShardLayoutMismatch
 
     shards = _parse_shards(args.shards, settings.shards)
-    ensure_dagster_home(settings.home, url)
+    ensure_dagster_home(settings.home, url, max_concurrent_runs=settings.max_concurrent_runs)
     try:
         keys = partition_keys_between(start.isoformat(), end.isoformat())
         with pool.connection() as conn:  # before any run: every step would refuse it alike
@@ -150,10 +153,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (ValueError, ShardLayoutMismatch) as exc:
         raise UsageError(str(exc)) from None
     print(f"partitions:  {keys[0]} .. {keys[-1]} ({len(keys)} days)")
-    _say_default_embedder("embedder:    ", sys.stdout)
+    _say_default_embedder(settings, "embedder:    ", sys.stdout)
     started = time.perf_counter()
     try:
-        runs = run_shards(keys, shards, args.parallel)
+        runs = run_shards(keys, settings, shards, args.parallel)
     except RunFailed as exc:
         raise CliError(str(exc)) from None
     except RunInterrupted as exc:
@@ -196,15 +199,14 @@ def _parse_shards(text: str | None, count: int) -> list[int]:
     return shards
 
 
-def cmd_reshard(args: argparse.Namespace) -> int:
+def cmd_reshard(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db import schema as schema_db
     from memory_pipelines.db.connection import get_pool
 
     from assets.run.runner import ensure_dagster_home, runs_in_progress
 
-    settings = _settings()
     url = _connect_url(settings)
-    ensure_dagster_home(settings.home, url)
+    ensure_dagster_home(settings.home, url, max_concurrent_runs=settings.max_concurrent_runs)
     # a run that started under the old count would leave some users' days undone
     busy = runs_in_progress()
     if busy and not args.force:
@@ -222,7 +224,7 @@ def cmd_reshard(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
+def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.generator import GeneratorConfig, write_transcripts
 
     config = GeneratorConfig(

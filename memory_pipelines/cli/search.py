@@ -7,23 +7,25 @@ import json
 import sys
 
 from memory_pipelines.cli.common import (CliError, UsageError, _connect_url, _parse_moment, _require_session,
-                                         _require_user, _settings)
+                                         _require_user)
+from memory_pipelines.config import DecaySettings, Settings
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
 
 
-def cmd_context(args: argparse.Namespace) -> int:
+def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.llm import build_backend
     from memory_pipelines.llm.config import decision_config
     from memory_pipelines.session_context import context_for
 
-    pool = get_pool(_connect_url(_settings()))
+    pool = get_pool(_connect_url(settings))
     with pool.connection() as conn:
         _require_session(conn, args.session)
-    decision = None if args.all else build_backend(decision_config())
+    decision = None if args.all else build_backend(decision_config(settings))
     try:
         with pool.connection() as conn:
-            context = context_for(conn, args.session, args.request, limit=args.limit, decision=decision,
+            context = context_for(conn, args.session, args.request, decision=decision,
+                                  limit=settings.context_messages if args.limit is None else args.limit,
                                   include_forks=args.include_forks)
     finally:
         if decision is not None:
@@ -37,7 +39,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_search(args: argparse.Namespace) -> int:
+def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.embed import build_embedder, embed_config
     from memory_pipelines.search import UnifiedMemorySearch, format_served
@@ -46,13 +48,13 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise UsageError("--user is required (searching every user needs --admin)")
     if args.mode == "forest" and args.user is None:
         raise UsageError("--mode forest descends one user's trees: name --user")
-    pool = get_pool(_connect_url(_settings()))
+    pool = get_pool(_connect_url(settings))
     with pool.connection() as conn:
         if args.user is not None:
             _require_user(conn, args.user)
         if args.session is not None:
             _require_session(conn, args.session, args.user)
-    embedder = build_embedder(embed_config())
+    embedder = build_embedder(embed_config(settings))
     try:
         with pool.connection() as conn:
             search = UnifiedMemorySearch(conn, embedder, admin=args.admin)
@@ -72,17 +74,17 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_turns(args: argparse.Namespace) -> int:
+def cmd_turns(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.search import get_turns_by_score
 
     if not 1 <= args.k <= 100:
         raise UsageError(f"--k must be between 1 and 100, not {args.k}")
-    with get_pool(_connect_url(_settings())).connection() as conn:
+    with get_pool(_connect_url(settings)).connection() as conn:
         _require_user(conn, args.user)
         if args.session is not None:
             _require_session(conn, args.session, args.user)
-        scores = get_turns_by_score(conn, args.user, args.session, args.k)
+        scores = get_turns_by_score(conn, args.user, args.session, args.k, rules=DecaySettings.from_settings(settings))
     if args.json:
         print(json.dumps(scores.to_json(), ensure_ascii=False, indent=2))
         return 0
@@ -121,7 +123,7 @@ def _print_tree(title: str, nodes, depth: int | None) -> None:
         show(top, 1)
 
 
-def cmd_tree_show(args: argparse.Namespace) -> int:
+def cmd_tree_show(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db import tree as tree_db
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.db.queries import query
@@ -130,7 +132,7 @@ def cmd_tree_show(args: argparse.Namespace) -> int:
 
     if args.depth is not None and args.depth < 1:
         raise UsageError(f"--depth must be at least 1, not {args.depth}")
-    with get_pool(_connect_url(_settings())).connection() as conn:
+    with get_pool(_connect_url(settings)).connection() as conn:
         _require_user(conn, args.user)
         if args.entity is not None:
             nodes = tree_db.tree_nodes(conn, args.user, "entity", entity_tree_key(args.user, args.entity))

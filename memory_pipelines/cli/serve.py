@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
+from dataclasses import replace
 
-from memory_pipelines.cli.common import CliError, UsageError, _connect_url, _say_default_embedder, _settings
+from memory_pipelines.cli.common import CliError, UsageError, _connect_url, _say_default_embedder
+from memory_pipelines.config import Settings
 from memory_pipelines.interrupts import STOP_SIGNALS, Interrupted
 
 
-def cmd_keys(args: argparse.Namespace) -> int:
+def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.api.keys import create_key, list_keys, revoke_key
     from memory_pipelines.db.connection import get_pool
     from memory_pipelines.db.queries import query
 
-    pool = get_pool(_connect_url(_settings()))
+    pool = get_pool(_connect_url(settings))
     with pool.connection() as conn, conn.transaction():
         if args.action == "create":
             if args.admin == (args.user is not None):
@@ -52,15 +53,14 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serving_database() -> str:
+def _serving_database(settings: Settings) -> Settings:
     """Start (or find) the database and migrate it once, before any server process opens a
-    pool; the processes then reach it by MEMORY_DATABASE_URL."""
+    pool: the settings the server processes are handed, naming it by MEMORY_DATABASE_URL."""
     from memory_pipelines.db.migrations import migrate
 
-    url = _connect_url(_settings())
+    url = _connect_url(settings)
     migrate(url)
-    os.environ["MEMORY_DATABASE_URL"] = url
-    return url
+    return replace(settings, database_url=url)
 
 
 def _uvicorn_logging() -> dict:
@@ -75,26 +75,26 @@ def _uvicorn_logging() -> dict:
                         for name in ("uvicorn", "memory_pipelines.api")}}
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from memory_pipelines.config import ApiSettings
+    from memory_pipelines.config import ApiSettings, handed_off
 
-    _serving_database()
-    _say_default_embedder("memory-pipelines: embedder ", sys.stderr)
-    settings = ApiSettings.from_env()
+    settings = _serving_database(settings)
+    _say_default_embedder(settings, "memory-pipelines: embedder ", sys.stderr)
+    api = ApiSettings.from_settings(settings)
     if args.protocol == "mcp" and not args.http:
         import anyio
 
         from memory_pipelines.api.mcp_server import build_server
         from memory_pipelines.api.service import MemoryService
 
-        if not os.environ.get("MEMORY_API_KEY"):
+        if not settings.api_key:
             raise UsageError("MCP over stdio acts with the key in MEMORY_API_KEY: "
                              "`memory-pipelines keys create --user U` makes one")
-        service = MemoryService.open()
+        service = MemoryService.open(settings)
         try:
-            anyio.run(build_server(service, settings).run_stdio_async)
+            anyio.run(build_server(service).run_stdio_async)
         finally:
             service.close()
         return 0
@@ -104,8 +104,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         if args.workers != 1:
             raise UsageError("--workers is for `serve http`; MCP over HTTP runs one process")
-        service = MemoryService.open()
-        app: object = http_app(service, args.host, settings)
+        service = MemoryService.open(settings)
+        app: object = http_app(service, args.host)
         print(f"MCP over streamable HTTP at http://{args.host}:{args.port}/mcp", file=sys.stderr)
     else:
         app = "memory_pipelines.api.http:build_app"
@@ -121,8 +121,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, note)
-    uvicorn.run(app, factory=isinstance(app, str), host=args.host, port=args.port, workers=args.workers,
-                access_log=False, log_config=_uvicorn_logging(), timeout_graceful_shutdown=int(settings.timeout) + 5)
+    with handed_off(settings):  # each worker process of `serve http` loads them
+        uvicorn.run(app, factory=isinstance(app, str), host=args.host, port=args.port, workers=args.workers,
+                    access_log=False, log_config=_uvicorn_logging(), timeout_graceful_shutdown=int(api.timeout) + 5)
     if stopped_by:
         raise Interrupted(stopped_by[0])
     return 0

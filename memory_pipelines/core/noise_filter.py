@@ -7,7 +7,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError, estimate_tokens, render_for_judging
+from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
+
+from memory_pipelines.llm.rendering import estimate_tokens, render_for_judging
 from memory_pipelines.llm.prompts import JUDGE_SEGMENTS
 from memory_pipelines.records import Message, NoiseVerdict, Segment
 from memory_pipelines.rules.noise import DROP_THRESHOLD

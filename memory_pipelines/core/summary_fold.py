@@ -25,7 +25,8 @@ from datetime import datetime
 from typing import Any
 
 from memory_pipelines.config import SPECS
-from memory_pipelines.llm.backends import SUMMARY_TOOL_CHARS, ModelBackend, ModelCall, ModelError, render_numbered
+from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
+from memory_pipelines.llm.rendering import SUMMARY_TOOL_CHARS, render_numbered
 from memory_pipelines.llm.prompts import DISTILL, FIND_OVERTURNED
 from memory_pipelines.records import Message, Summary
 

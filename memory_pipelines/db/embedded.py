@@ -49,7 +49,7 @@ def _prepare_runtime_dir(home: Path) -> None:
     if not os.environ.get("XDG_RUNTIME_DIR"):
         runtime = home / "run"
         runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
 
 
 def _pid_alive(pid: int) -> bool:

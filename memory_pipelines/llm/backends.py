@@ -18,6 +18,7 @@ import httpx
 from memory_pipelines.json_schemas import JsonSchema, describe
 from memory_pipelines.llm.config import ModelConfig
 from memory_pipelines.llm.http import RETRY_STATUS, HttpCallError, HttpReply, post_json
+from memory_pipelines.llm.rendering import SUMMARY_TOOL_CHARS, estimate_tokens, render_chunk, render_for_judging, render_transcript
 from memory_pipelines.llm.prompts import (
     DISTILL, FIND_OVERTURNED, JUDGE_SEGMENTS, SELECT_RELEVANT, SUMMARIZE, SUMMARIZE_FACTS, SUMMARIZE_NODE,
     SYNTHESIZE_KNOWLEDGE, Prompt, distill_schema, judging_schema, numbers_schema,
@@ -27,17 +28,11 @@ from memory_pipelines.rules import facts as rules_facts
 from memory_pipelines.rules import knowledge as rules_knowledge
 from memory_pipelines.rules import noise as rules_noise
 from memory_pipelines.rules import summary as rules_summary
-from memory_pipelines.rules.text import clip
 
 log = logging.getLogger(__name__)
 
 # Bump when the rules change: it is the rules back end's "prompt version".
 RULES_VERSION = "rules-2026.11.2"  # .2: only the person binds the user; Do:/Don't: by polarity
-TOOL_OUTPUT_CHARS = 500  # fact extraction's rendering (navi)
-SUMMARY_TOOL_CHARS = 4000  # summaries read more of a tool's output: logs are often the point
-# noise (a greeting, thanks, a repeat, a cancelled or failed turn) shows in a message's start
-# and its tool's status: judging reads no more of each, on every day's every segment
-JUDGE_MESSAGE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -77,7 +72,6 @@ class ModelError(RuntimeError):
         self.call = call
 
 
-_WIDE = re.compile("[\u2e81-\U0010ffff]")  # CJK and beyond: about a token a character
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n?```\s*$", re.DOTALL)
 PROBE_RETRY_STATUS = RETRY_STATUS - {500}  # while finding the answer format a 500 is a refusal
 SCHEMA_RETRY = ("Your reply could not be used: {problem}. Reply again with one JSON object only, in the form asked "
@@ -108,52 +102,6 @@ def decode_answer(prompt: Prompt, text: str, schema: Mapping[str, Any] | None = 
 
 def _text_of(messages: Sequence[dict[str, str]]) -> str:
     return "\n".join(m["content"] for m in messages)
-
-
-def estimate_tokens(text: str) -> int:
-    """About 4 characters a token for Latin text, one a character for CJK (no tokenizer
-    is downloaded at run time)."""
-    wide = 0 if text.isascii() else len(_WIDE.findall(text))
-    return max(1, (len(text) - wide) // 4 + wide)
-
-
-# a user turn someone other than the person wrote, as the prompts show it: the model must
-# not take it for the user's own words (DISTILL says so); the person's turns are plain `User:`
-SPEAKER_NOTES = {"agent": "written by an agent, not the person", "system": "harness notice, not the person",
-                 "tool": "tool output, not the person"}
-
-
-def render_message(m: Message, tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
-    if m.role == "user" and m.speaker != "human":
-        return f"User ({SPEAKER_NOTES[m.speaker]}): {m.content}"
-    if m.role == "tool":
-        output = m.content if len(m.content) <= tool_chars else m.content[:tool_chars] + "…"
-        status = " (failed)" if m.metadata.get("is_error") else ""
-        return f"[Tool result] {m.tool_name or 'tool'}{status}: {output}"
-    if m.role == "assistant" and m.tool_name:
-        args = json.dumps(m.tool_args or {}, ensure_ascii=False, sort_keys=True)
-        call = f"[Tool call] {m.tool_name}({args})"
-        return f"Assistant: {m.content}\n{call}" if m.content.strip() else call
-    return f"{m.role.capitalize()}: {m.content}"
-
-
-def render_transcript(messages: Sequence[Message], tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
-    return "\n".join(render_message(m, tool_chars) for m in messages)
-
-
-def render_for_judging(messages: Sequence[Message]) -> str:
-    """A segment as the judging prompt shows it: a line per message, each cut to its start."""
-    return "\n".join(clip(render_message(m), JUDGE_MESSAGE_CHARS) for m in messages)
-
-
-def render_numbered(m: Message, tool_chars: int = TOOL_OUTPUT_CHARS) -> str:
-    """A message as a line that starts with its seq in brackets, for answers that cite it."""
-    return f"[{m.seq}] {render_message(m, tool_chars)}"
-
-
-def render_chunk(messages: Sequence[Message]) -> str:
-    """A summarized chunk as its distillation call reads it: numbered lines, long tool output cut."""
-    return "\n".join(render_numbered(m, SUMMARY_TOOL_CHARS) for m in messages)
 
 
 def _language_phrase(language: str) -> str:

@@ -1,4 +1,4 @@
-"""Model back-end settings from environment variables.
+"""Model back-end settings, from the process's settings (`memory_pipelines.config.Settings`).
 
 The chat model is `MEMORY_LLM_*`; the decision model (noise judgement, overturned
 entries, relevance) is `MEMORY_DECISION_*`, whose unset fields fall back to the chat
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memory_pipelines.config import LLM_BACKENDS as BACKENDS
-from memory_pipelines.config import JUDGING_SHARES, SPECS, ConfigError, setting
+from memory_pipelines.config import JUDGING_SHARES, SPECS, ConfigError, Settings
 from memory_pipelines.llm.pricing import Price, configured_price
 
 DEFAULT_MODELS = {"ollama": "llama3.1:8b", "openai": "gpt-4o-mini", "rules": "rules-v1"}
@@ -69,38 +69,41 @@ class ModelConfig:
         return Price(self.input_usd_per_mtok, self.output_usd_per_mtok).cost(input_tokens, output_tokens)
 
     @classmethod
-    def from_env(cls, prefix: str = "MEMORY_LLM", fallback: "ModelConfig | None" = None,
-                 default_backend: str = "rules") -> "ModelConfig":
+    def from_settings(cls, settings: Settings, prefix: str = "MEMORY_LLM",
+                      fallback: "ModelConfig | None" = None) -> "ModelConfig":
+        def value_of(suffix: str):
+            return getattr(settings, SPECS[f"{prefix}_{suffix}"].field)
+
         def get(name: str):
             # unset: the chat model's value (the decision model), else the default
-            value = setting(f"{prefix}_{name}")
+            value = value_of(name)
             return getattr(fallback or cls(), FIELD_BY_SUFFIX[name]) if value is None else value
 
-        backend = setting(f"{prefix}_BACKEND") or default_backend
+        backend = value_of("BACKEND")
         base = fallback if fallback is not None and fallback.backend == backend else None
-        model = setting(f"{prefix}_MODEL") or (base.model if base else DEFAULT_MODELS[backend])
-        price = configured_price(backend, model)
+        model = value_of("MODEL") or (base.model if base else DEFAULT_MODELS[backend])
+        price = configured_price(settings.price_table, backend, model)
         return cls(
             backend=backend,
-            base_url=setting(f"{prefix}_BASE_URL") or (base.base_url if base else DEFAULT_URLS[backend]),
+            base_url=value_of("BASE_URL") or (base.base_url if base else DEFAULT_URLS[backend]),
             model=model,
-            api_key=setting(f"{prefix}_API_KEY") or (base.api_key if base else None),
+            api_key=value_of("API_KEY") or (base.api_key if base else None),
             timeout_s=get("TIMEOUT"),
             retries=get("RETRIES"),
             backoff_s=get("BACKOFF"),
             concurrency=get("CONCURRENCY"),
             input_usd_per_mtok=price.input_usd_per_mtok if price else None,
             output_usd_per_mtok=price.output_usd_per_mtok if price else None,
-            token_budget=setting("MEMORY_RUN_TOKEN_BUDGET"),
+            token_budget=settings.run_token_budget,
             batch_tokens=get("BATCH_TOKENS"),
             share=get("SHARE"),
             max_output_tokens=get("MAX_OUTPUT_TOKENS"),
         )
 
 
-def chat_config() -> ModelConfig:
-    return ModelConfig.from_env("MEMORY_LLM")
+def chat_config(settings: Settings) -> ModelConfig:
+    return ModelConfig.from_settings(settings, "MEMORY_LLM")
 
 
-def decision_config() -> ModelConfig:
-    return ModelConfig.from_env("MEMORY_DECISION", fallback=chat_config())
+def decision_config(settings: Settings) -> ModelConfig:
+    return ModelConfig.from_settings(settings, "MEMORY_DECISION", fallback=chat_config(settings))

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from memory_pipelines.config import ConfigError, setting
+from memory_pipelines.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,11 @@ def price_for(backend: str, model: str, table: dict[str, Price]) -> Price | None
     return table.get(f"{backend}/{model}", table.get(model))
 
 
-def configured_price(backend: str, model: str) -> Price | None:
-    path = setting("MEMORY_PRICE_TABLE")
-    return price_for(backend, model, load_price_table(path) if path else {})
+def configured_price(table: Path | None, backend: str, model: str) -> Price | None:
+    """A model's price in the table at `table` (MEMORY_PRICE_TABLE; None: not priced)."""
+    return price_for(backend, model, load_price_table(table) if table else {})
 
 
-def bench_price_table() -> Path:
+def bench_price_table(table: Path | None) -> Path:
     """The prices `bench cost` estimates at: MEMORY_PRICE_TABLE's, else the sample table's."""
-    return setting("MEMORY_PRICE_TABLE") or SAMPLE_PRICE_TABLE
+    return table or SAMPLE_PRICE_TABLE

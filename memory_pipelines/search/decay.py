@@ -42,12 +42,11 @@ class TurnScores:
 
 
 def get_turns_by_score(conn: psycopg.Connection, user_id: str, session_id: str | None = None, k: int = 10, *,
-                       settings: DecaySettings | None = None, as_of: datetime | None = None) -> TurnScores:
+                       rules: DecaySettings = DecaySettings(), as_of: datetime | None = None) -> TurnScores:
     """navra's decay-scored turns: the user's (or the session's) k turns scoring highest
     (importance from the entries and facts that cite a turn, faded with age at a rate
     importance slows, plus the access boost), as of the user's newest message. The turns
     returned count an access."""
-    rules = settings or DecaySettings.from_env()
     if as_of is None:
         as_of = user_clocks(conn, [user_id], datetime.now(UTC)).get(user_id)
     scope = {"user_id": user_id, "session_id": session_id}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from memory_pipelines.config import SPECS, setting
+from memory_pipelines.config import SPECS, Settings
 from memory_pipelines.formats import FormatOptions
 from memory_pipelines.sources.base import Inventory, TranscriptSource
 from memory_pipelines.sources.files import PROCESS_INDEX, FileSource, ObjectIndex, ScanSettings
@@ -30,12 +30,12 @@ class SourceSettings:
     cache_mb: int = SPECS["MEMORY_TRANSCRIPT_CACHE_MB"].default
 
     @classmethod
-    def from_env(cls, location: str | None = None) -> "SourceSettings":
-        return cls(location=location or setting("MEMORY_TRANSCRIPTS"), timezone=setting("MEMORY_TIMEZONE"),
-                   max_message_bytes=setting("MEMORY_MAX_MESSAGE_BYTES"), format=setting("MEMORY_TRANSCRIPT_FORMAT"),
-                   fields=dict(setting("MEMORY_FORMAT_FIELDS") or {}), source_user=setting("MEMORY_SOURCE_USER"),
-                   s3_endpoint_url=setting("MEMORY_S3_ENDPOINT_URL"), columns=dict(setting("MEMORY_SOURCE_COLUMNS") or {}),
-                   batch_rows=setting("MEMORY_SOURCE_BATCH_ROWS"), cache_mb=setting("MEMORY_TRANSCRIPT_CACHE_MB"))
+    def from_settings(cls, settings: Settings) -> "SourceSettings":
+        return cls(location=settings.transcripts, timezone=settings.timezone,
+                   max_message_bytes=settings.max_message_bytes, format=settings.transcript_format,
+                   fields=dict(settings.format_fields or {}), source_user=settings.source_user,
+                   s3_endpoint_url=settings.s3_endpoint_url, columns=dict(settings.source_columns or {}),
+                   batch_rows=settings.source_batch_rows, cache_mb=settings.transcript_cache_mb)
 
     @property
     def scan(self) -> ScanSettings:

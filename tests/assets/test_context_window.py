@@ -11,7 +11,8 @@ import psycopg
 import pytest
 
 from assets.definitions import all_assets
-from assets.resources import resources_from_env
+from assets.resources import resources_from
+from memory_pipelines.config import load
 from memory_pipelines.session_context import context_for
 from tests.helpers import QUIET
 
@@ -41,11 +42,11 @@ def test_the_context_window_and_the_chunker_move_together(window, database_url, 
     else:
         monkeypatch.setenv("MEMORY_CONTEXT_MESSAGES", str(window))
     expected = window or 16
-    result = dg.materialize(all_assets, partition_key=DAY, resources=resources_from_env(),
+    result = dg.materialize(all_assets, partition_key=DAY, resources=resources_from(load()),
                             instance=dg.DagsterInstance.ephemeral(), run_config=QUIET)
     assert result.success
     with psycopg.connect(database_url) as conn:
         [(chunked_through,)] = conn.execute("SELECT max(end_seq) FROM memory_chunks WHERE session_id = 's-long'")
-        served = [m.seq for m in context_for(conn, "s-long").messages]
+        served = [m.seq for m in context_for(conn, "s-long", limit=load().context_messages).messages]
     assert served == list(range(MESSAGES - expected + 1, MESSAGES + 1))
     assert chunked_through == MESSAGES - expected, "chunks end where the context window begins"

@@ -13,7 +13,7 @@ from assets.definitions import all_assets
 from assets.distillation import conversation_segments, session_summaries
 from assets.ingestion import transcripts
 from assets.resources import ModelResource
-from memory_pipelines.config import ConfigError, SAMPLE_TRANSCRIPTS
+from memory_pipelines.config import SAMPLE_TRANSCRIPTS, ConfigError, load
 from memory_pipelines.llm import ModelConfig
 from memory_pipelines.llm.pricing import Price, load_price_table, price_for
 from tests.fakes import FakeModelServer
@@ -41,18 +41,18 @@ def test_price_table_keys_precedence_and_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMORY_PRICE_TABLE", str(path))
     monkeypatch.setenv("MEMORY_LLM_BACKEND", "openai")
     monkeypatch.setenv("MEMORY_LLM_MODEL", "gpt-x")
-    config = ModelConfig.from_env()
+    config = ModelConfig.from_settings(load())
     assert (config.input_usd_per_mtok, config.output_usd_per_mtok) == (1.0, 4.0)
     assert config.cost_usd(2000, 1000) == pytest.approx(0.006)
     monkeypatch.setenv("MEMORY_LLM_MODEL", "unpriced")
-    assert ModelConfig.from_env().cost_usd(2000, 1000) is None
+    assert ModelConfig.from_settings(load()).cost_usd(2000, 1000) is None
     path.write_text(json.dumps({"gpt-x": {"input_usd_per_mtok": "cheap"}}))
     with pytest.raises(ConfigError, match="gpt-x"):
         load_price_table(path)
     monkeypatch.delenv("MEMORY_PRICE_TABLE")
     monkeypatch.setenv("MEMORY_RUN_TOKEN_BUDGET", "-1")
     with pytest.raises(ConfigError, match="BUDGET"):
-        ModelConfig.from_env()
+        ModelConfig.from_settings(load())
 
 
 def test_every_call_carries_its_estimated_cost_into_metadata_and_the_daily_view(database_url, tmp_path):

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from assets.definitions import all_assets
-from memory_pipelines.config import PACKAGE_DIR
+from memory_pipelines.config import PACKAGE_DIR, load
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.forks import ForkError, fork_session, merge_fork, restore_merge
 from memory_pipelines.lifecycle import forget
@@ -197,7 +197,7 @@ def test_merge_replace_sets_the_later_turns_aside_and_restore_brings_them_back(b
 
 def test_merge_summarize_appends_one_turn_condensing_the_fork_with_lineage_to_each(branched, make_database, tmp_path):
     url, folder = branched
-    writer = build_backend(chat_config())  # the tests' default: the rules back end
+    writer = build_backend(chat_config(load()))  # the tests' default: the rules back end
     assert writer.name == "rules"
     with psycopg.connect(url) as conn:
         report = merge_fork(conn, FORK, PARENT, "summarize", actor="test", writer=writer)

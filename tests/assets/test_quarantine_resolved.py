@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import psycopg
 
 from assets.ingestion import transcripts
+from memory_pipelines.config import load
 from memory_pipelines.cli import build_parser
 from memory_pipelines.cli.inventory import cmd_quarantine
 from memory_pipelines.db import transcripts as transcripts_db
@@ -60,7 +61,7 @@ def write_canonical(folder, records: list[dict]) -> None:
 
 
 def quarantine(capsys, *args: str) -> list[dict]:
-    assert cmd_quarantine(build_parser().parse_args(["quarantine", "--json", *args])) == 0
+    assert cmd_quarantine(build_parser().parse_args(["quarantine", "--json", *args]), load()) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -110,11 +111,11 @@ def test_a_later_run_that_stores_the_refused_records_resolves_their_refusals(dat
     assert table_fingerprints(database_url, ["quarantine", "messages"]) == before
 
     # the text listing says what is open and points at the resolved ones
-    assert cmd_quarantine(build_parser().parse_args(["quarantine"])) == 0
+    assert cmd_quarantine(build_parser().parse_args(["quarantine"]), load()) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0] == "1 refusal(s) open; 7 resolved by a later run (--resolved lists them)"
     assert text[1].startswith("  notes/ann.jsonl:2  unknown_role  unknown role \"robot\"")
-    assert cmd_quarantine(build_parser().parse_args(["quarantine", "--resolved", "--reason", "unmapped"])) == 0
+    assert cmd_quarantine(build_parser().parse_args(["quarantine", "--resolved", "--reason", "unmapped"]), load()) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0] == "6 unmapped refusal(s) resolved by a later run; 0 still open" and len(text) == 7
     assert all(f"by run {second.run_id}" in line for line in text[1:])

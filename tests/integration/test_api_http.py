@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import httpx
 import psycopg
 import pytest
+from memory_pipelines.config import load
 from memory_pipelines.db.vectors import register_vector_types
 
 from memory_pipelines import graph, lineage
@@ -77,7 +78,7 @@ def api(make_module_sample_database, tmp_path_factory):
 def query_module(api, monkeypatch):
     """The query module on the server's database, with the server's embedder."""
     monkeypatch.setenv("MEMORY_EMBED_BACKEND", "hashing")
-    embedder = build_embedder(embed_config())
+    embedder = build_embedder(embed_config(load()))
     # autocommit: what a search counts (accesses) is not held locked while the server works
     with psycopg.connect(api.database_url, autocommit=True) as conn:
         register_vector_types(conn)

@@ -18,6 +18,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from memory_pipelines.config import load
 from memory_pipelines.db.vectors import register_vector_types
 
 from memory_pipelines import graph, lineage
@@ -70,7 +71,7 @@ def structured(result) -> dict:
 
 
 def expected_search(url: str, text: str, user: str, budget: int) -> tuple[list, str]:
-    embedder = build_embedder(embed_config())
+    embedder = build_embedder(embed_config(load()))
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             register_vector_types(conn)
@@ -145,7 +146,7 @@ def test_stdio_lists_every_tool_and_each_answers_as_the_query_module(mcp_setup):
         expected_ctx = context_for(conn, "s-bob-0005", None, limit=4)
         assert structured(out["context"])["messages"] == expected_ctx.chat_messages("")
         assert structured(out["recall"])["hits"] and structured(out["recall"])["session_id"] == "s-bob-0008"
-        embedder = build_embedder(embed_config())
+        embedder = build_embedder(embed_config(load()))
         assert [e["id"] for e in structured(out["knowledge"])["entries"]] == [
             h.id for h in UnifiedMemorySearch(conn, embedder).search_knowledge("ledger port", "bob")]
         embedder.close()

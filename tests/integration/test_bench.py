@@ -11,7 +11,9 @@ import psycopg
 import pytest
 
 from assets.bench.distill import run_distill_benchmark
+from assets.partition_start import fixed_start
 from memory_pipelines.bench.distill import distill_markdown
+from memory_pipelines import config
 from memory_pipelines.bench.evidence_set import CATEGORIES
 from memory_pipelines.bench.retrieval import BUDGETS, EVIDENCE_ROWS
 from memory_pipelines.db.queries import query
@@ -25,7 +27,7 @@ STAGES = {"transcripts", "conversation_segments", "session_summaries", "memory_f
 
 def test_bench_distill_measures_every_stage_offline(database_url, tmp_path):
     expected = write_transcripts(tmp_path / "t", TINY).messages
-    result = run_distill_benchmark(TINY, cost=False, echo=lambda line: None)
+    result = run_distill_benchmark(TINY, fixed_start(config.load()), cost=False, echo=lambda line: None)
     assert result.messages == expected > 0
     assert STAGES <= set(result.stage_seconds) and all(s > 0 for s in result.stage_seconds.values())
     assert result.model_calls == 0  # the rules back end is not a model

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memory_pipelines.config import load
 from memory_pipelines.embed import EmbedConfig, EmbeddingError, build_embedder, embed_config
 from memory_pipelines.embed.embedders import local_available
 from tests.fakes import FakeModelServer, Fault
@@ -61,24 +62,24 @@ def test_a_model_returning_another_dimension_is_refused(server):
 def test_configuration(monkeypatch):
     monkeypatch.delenv("MEMORY_EMBED_BACKEND", raising=False)
     if not local_available():
-        assert embed_config().backend == "hashing"  # the default without the local extra
+        assert embed_config(load()).backend == "hashing"  # the default without the local extra
     monkeypatch.setenv("MEMORY_EMBED_BACKEND", "ollama")
     monkeypatch.setenv("MEMORY_LLM_BACKEND", "ollama")
     monkeypatch.setenv("MEMORY_LLM_BASE_URL", "http://127.0.0.1:9999")
-    config = embed_config()
+    config = embed_config(load())
     assert (config.base_url, config.model, config.batch_size) == ("http://127.0.0.1:9999", "nomic-embed-text", 8)
     monkeypatch.setenv("MEMORY_EMBED_BASE_URL", "http://127.0.0.1:7777/")
     monkeypatch.setenv("MEMORY_EMBED_BATCH", "32")
-    assert (embed_config().base_url, embed_config().batch_size) == ("http://127.0.0.1:7777", 32)
+    assert (embed_config(load()).base_url, embed_config(load()).batch_size) == ("http://127.0.0.1:7777", 32)
     monkeypatch.setenv("MEMORY_EMBED_BACKEND", "word2vec")
     with pytest.raises(ValueError, match="MEMORY_EMBED_BACKEND='word2vec' is not valid: expected one of ollama"):
-        embed_config()
+        embed_config(load())
 
 
 def test_local_embedder_loads_offline_and_is_semantic(monkeypatch):
     pytest.importorskip("sentence_transformers", reason="needs the 'local' extra (the CI test command installs it)")
     monkeypatch.delenv("MEMORY_EMBED_BACKEND", raising=False)
-    assert local_available() and embed_config().backend == "local"  # the default once installed
+    assert local_available() and embed_config(load()).backend == "local"  # the default once installed
     embedder = build_embedder(EmbedConfig(backend="local", model="all-MiniLM-L6-v2", batch_size=16))
     assert embedder.dimension == 384 and embedder.model_id == "local:all-MiniLM-L6-v2:384"
     query, port, pandas = np.array(embedder.embed([

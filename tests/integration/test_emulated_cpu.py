@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from pgserver._commands import POSTGRES_BIN_PATH
 
+from memory_pipelines.config import load
 from memory_pipelines.db.outage import ServerLog, connection_lost
 from memory_pipelines.db.selftest import MIGRATIONS, PROBES, run_selftest
 from memory_pipelines.db.vectors import register_vector_types
@@ -44,7 +45,7 @@ def test_on_an_avx2_cpu_the_self_test_and_every_search_scope_answer(pg_admin_url
                               capture_output=True, check=True).stdout
         subprocess.run([str(POSTGRES_BIN_PATH / "pg_restore"), "--no-owner", "-d", sample], input=dump, check=True,
                        capture_output=True)
-        embedder = build_embedder(embed_config())
+        embedder = build_embedder(embed_config(load()))
         with psycopg.connect(sample, autocommit=True) as conn:
             register_vector_types(conn)
             search = UnifiedMemorySearch(conn, embedder)

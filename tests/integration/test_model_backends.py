@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from memory_pipelines.config import load
 from memory_pipelines.llm import ModelConfig, ModelError, build_backend
 from memory_pipelines.llm.config import chat_config, decision_config
 from memory_pipelines.llm.prompts import DISTILL, SUMMARIZE, distill_schema
@@ -223,16 +224,16 @@ def test_configuration_from_environment(monkeypatch):
     monkeypatch.setenv("MEMORY_LLM_BASE_URL", "http://127.0.0.1:9/")
     monkeypatch.setenv("MEMORY_LLM_MODEL", "qwen")
     monkeypatch.setenv("MEMORY_LLM_RETRIES", "5")
-    chat = chat_config()
+    chat = chat_config(load())
     assert (chat.backend, chat.base_url, chat.model, chat.retries) == ("ollama", "http://127.0.0.1:9", "qwen", 5)
-    decision = decision_config()
+    decision = decision_config(load())
     assert decision.backend == "rules"  # the decision model has its own setting, default rules
     monkeypatch.setenv("MEMORY_DECISION_BACKEND", "ollama")
-    decision = decision_config()
+    decision = decision_config(load())
     assert (decision.base_url, decision.model) == ("http://127.0.0.1:9", "qwen")  # inherited from the chat model
     monkeypatch.setenv("MEMORY_LLM_BACKEND", "gpt")
     with pytest.raises(ValueError, match="MEMORY_LLM_BACKEND='gpt' is not valid: expected one of ollama, openai, rules"):
-        chat_config()
+        chat_config(load())
 
 
 def test_judging_asks_for_verdicts_on_the_segments_sent_only(server):

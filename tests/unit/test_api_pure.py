@@ -12,7 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from memory_pipelines.api.asgi import bearer
 from memory_pipelines.api.http import _validation_message
 from memory_pipelines.api.keys import KEY_PREFIX, SHOWN_CHARS, ApiKey, hash_key
-from memory_pipelines.api.service import MAX_QUESTION_CHARS, ApiError, Caller, Forbidden, _question
+from memory_pipelines.api.access import ApiError, Caller, Forbidden
+from memory_pipelines.api.service import MAX_QUESTION_CHARS, _question
 from memory_pipelines.config import ConfigError, validate_environment
 from memory_pipelines.core.knowledge_entries import decay_score, decay_terms
 

@@ -9,7 +9,7 @@ import pytest
 from memory_pipelines.breadcrumbs import extract_breadcrumbs, merge_breadcrumbs
 from memory_pipelines.core.chunk_packing import CHUNK_MAX_CHARS, Chunk, chunk_breadcrumbs, chunk_line, pack_chunks
 from memory_pipelines.core.fact_extraction import canonical_key, normalize_key, render_fact, validate_items
-from memory_pipelines.llm.backends import render_chunk
+from memory_pipelines.llm.rendering import render_chunk
 from memory_pipelines.records import Message
 from memory_pipelines.rules.facts import extract_facts
 from memory_pipelines.core.summary_fold import rendered_length

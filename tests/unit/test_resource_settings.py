@@ -9,9 +9,9 @@ import pytest
 
 from assets.resources import (
     EmbedderResource, LifecycleSettings, MemorySettings, ModelResource, SummarySettings, TranscriptSourceResource,
-    resources_from_env,
+    resources_from,
 )
-from memory_pipelines.config import SPECS, DecaySettings, context_window
+from memory_pipelines.config import SPECS, DecaySettings, load
 from memory_pipelines.sources import SourceSettings
 from memory_pipelines.embed import EmbedConfig
 from memory_pipelines.llm import ModelConfig
@@ -44,8 +44,8 @@ def test_resources_from_the_environment_carry_every_setting(monkeypatch):
              "MEMORY_EMBED_BATCH": "3", "MEMORY_SUMMARY_CHUNK_CHARS": "9000"}
     for name, value in moved.items():
         monkeypatch.setenv(name, value)
-    built = resources_from_env()
-    assert built["memory_settings"].context_messages == 32 == context_window()
+    built = resources_from(load())
+    assert built["memory_settings"].context_messages == 32 == load().context_messages
     assert built["memory_settings"].stale_minutes == 45
     assert built["lifecycle"].decay().min_age_days == 120
     assert built["llm"].config().timeout_s == 7.0 and built["decision"].config().retries == 5

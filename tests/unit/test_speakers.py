@@ -11,7 +11,7 @@ import pytest
 from memory_pipelines.core.fact_extraction import validate_items
 from memory_pipelines.core.knowledge_entries import prepare
 from memory_pipelines.llm import ModelConfig, build_backend
-from memory_pipelines.llm.backends import render_chunk
+from memory_pipelines.llm.rendering import render_chunk
 from memory_pipelines.llm.instant_server import Request, default_answer
 from memory_pipelines.llm.prompts import DISTILL, SUMMARIZE, SYNTHESIZE_KNOWLEDGE
 from memory_pipelines.records import Message, Summary
