@@ -24,7 +24,7 @@ import psycopg
 
 from memory_pipelines.config import Settings, mask_url
 from memory_pipelines.db import embedded
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import partitions as partitions_db
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def first_transcript_day(url: str) -> date | None:
     try:
         with psycopg.connect(url, connect_timeout=READ_TIMEOUT_S, autocommit=True,
                              options=f"-c statement_timeout={READ_TIMEOUT_S * 1000}") as conn:
-            (day,), = conn.execute(query("first_transcript_day")).fetchall()
+            day = partitions_db.first_transcript_day(conn)
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log.warning("daily partitions start at %s: the first transcript day could not be read from %s (%s)",

@@ -124,11 +124,11 @@ def check_cpu(flags: set[str] | None) -> Check:
 def _server_facts(url: str) -> tuple[str, str | None, str | None, bool, int]:
     import psycopg
 
-    from memory_pipelines.db.queries import query
+    from memory_pipelines.db import schema as schema_db
 
     with psycopg.connect(url, connect_timeout=5) as conn:
-        version, vector, trgm, halfvec, ledger = conn.execute(query("server_facts")).fetchone()
-        applied = len(conn.execute(query("applied_migrations")).fetchall()) if ledger else 0
+        version, vector, trgm, halfvec, ledger = schema_db.server_facts(conn)
+        applied = len(schema_db.applied_migrations(conn)) if ledger else 0
     return version, vector, trgm, halfvec, applied
 
 

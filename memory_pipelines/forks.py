@@ -22,11 +22,10 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 
 import psycopg
-from psycopg.rows import dict_row
 
+from memory_pipelines.db import forks as forks_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.db import transcripts as transcripts_db
-from memory_pipelines.db.queries import query
 from memory_pipelines.llm.backends import ModelBackend, ModelCall
 from memory_pipelines.records import MERGE_MODES, ForkPoint, Message, Summary
 from memory_pipelines.core.transcript_scan import hash_message
@@ -81,10 +80,6 @@ class RestoreReport:
     brought_back: int  # the superseded turns back in the archive
 
 
-def _range(conn: psycopg.Connection, session_id: str) -> tuple[int, int, str] | None:
-    return conn.execute(query("session_seq_range"), {"session_id": session_id}).fetchone()
-
-
 def _messages_after(conn: psycopg.Connection, session_id: str, after_seq: int) -> list[Message]:
     return summaries_db.sessions_messages_after(conn, {session_id: after_seq}).get(session_id, [])
 
@@ -95,13 +90,14 @@ def fork_session(conn: psycopg.Connection, session_id: str, new_session_id: str,
     turns, written to transcripts under `new_session_id`, start at seq at + 1."""
     with conn.transaction():
         summaries_db.lock_sessions(conn, [session_id, new_session_id])
-        found = _range(conn, session_id)
+        found = forks_db.session_seq_range(conn, session_id)
         if found is None:
             raise ForkError(f"no session {session_id!r} in the archive: fork a session that has turns")
         first, last, user_id = found
         if session_id in transcripts_db.fork_points(conn, [session_id]):
             raise ForkError(f"{session_id} is itself a fork: fork its parent, or merge it first")
-        if _range(conn, new_session_id) is not None or transcripts_db.fork_points(conn, [new_session_id]):
+        if (forks_db.session_seq_range(conn, new_session_id) is not None
+                or transcripts_db.fork_points(conn, [new_session_id])):
             raise ForkError(f"session {new_session_id!r} already exists: name the fork anew with --as")
         at = last if at is None else at
         if not first <= at <= last:
@@ -124,15 +120,13 @@ def merge_fork(conn: psycopg.Connection, fork_session_id: str, parent_session_id
         if fork is None or fork.parent_session_id != parent_session_id:
             parent = f"it forks {fork.parent_session_id}" if fork else "it is no fork"
             raise ForkError(f"{fork_session_id} cannot merge into {parent_session_id}: {parent}")
-        with conn.cursor(row_factory=dict_row) as cur:
-            existing = cur.execute(query("merge_in_force"), {"fork_session_id": fork_session_id,
-                                                            "parent_session_id": parent_session_id}).fetchone()
+        existing = forks_db.merge_in_force(conn, fork_session_id, parent_session_id)
         if existing is not None:
             return MergeReport(Merge(**existing), already=True, dry_run=dry_run)
         own = _messages_after(conn, fork_session_id, fork.fork_seq)
         if not own:
             raise ForkError(f"{fork_session_id} has no turns of its own yet: nothing to merge")
-        parent_range = _range(conn, parent_session_id)
+        parent_range = forks_db.session_seq_range(conn, parent_session_id)
         parent_last = parent_range[1] if parent_range else fork.fork_seq
         later = _messages_after(conn, parent_session_id, fork.fork_seq) if mode == "replace" else []
         calls: tuple[ModelCall, ...] = ()
@@ -152,17 +146,14 @@ def merge_fork(conn: psycopg.Connection, fork_session_id: str, parent_session_id
         if dry_run:
             return MergeReport(merge, tuple(_as_parent_turn(m, o, merge) for m, o in zip(turns, own)),
                                len(later), dry_run=True, calls=calls)
-        with conn.cursor(row_factory=dict_row) as cur:
-            stored = cur.execute(query("insert_merge"), {k: v for k, v in asdict(merge).items()
-                                                         if k not in ("id", "merged_at")}).fetchone()
+        stored = forks_db.insert_merge(conn, {k: v for k, v in asdict(merge).items() if k not in ("id", "merged_at")})
         merge = replace(merge, **stored)
         if later:
-            conn.execute(query("set_aside_messages"), {"merge_id": merge.id, "session_id": parent_session_id,
-                                                       "first": later[0].seq, "last": later[-1].seq})
+            forks_db.set_aside_messages(conn, merge.id, parent_session_id, later[0].seq, later[-1].seq)
         written = tuple(_as_parent_turn(m, o, merge) for m, o in zip(turns, own))
         transcripts_db.insert_messages(conn, written, f"merge-{merge.id}")
         transcripts_db.refresh_sessions(conn, [parent_session_id])
-        _clear_derived(conn, parent_session_id, min(m.seq for m in (*turns, *later)), merge.first_changed_day)
+        forks_db.clear_derived(conn, parent_session_id, min(m.seq for m in (*turns, *later)), merge.first_changed_day)
         if calls:
             summaries_db.insert_llm_calls(conn, [(c, merge.first_changed_day, parent_session_id) for c in calls],
                                           run_id=f"merge-{merge.id}", asset="session_merges")
@@ -175,19 +166,17 @@ def restore_merge(conn: psycopg.Connection, fork_session_id: str, parent_session
     parent, the turns it set aside come back; the parent is distilled again from the day."""
     with conn.transaction():
         summaries_db.lock_sessions(conn, [fork_session_id, parent_session_id])
-        with conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(query("merge_in_force"), {"fork_session_id": fork_session_id,
-                                                       "parent_session_id": parent_session_id}).fetchone()
+        row = forks_db.merge_in_force(conn, fork_session_id, parent_session_id)
         if row is None:
             raise ForkError(f"no merge of {fork_session_id} into {parent_session_id} is in force: nothing to restore")
         merge = Merge(**row)
-        removed = conn.execute(query("delete_session_messages"), {
-            "session_id": parent_session_id, "first": merge.parent_first_seq, "last": merge.parent_last_seq}).rowcount
-        back = conn.execute(query("bring_back_messages"), {"merge_id": merge.id}).rowcount
-        conn.execute(query("mark_merge_restored"), {"merge_id": merge.id, "restored_by": actor})
+        removed = forks_db.delete_session_messages(conn, parent_session_id, merge.parent_first_seq,
+                                                   merge.parent_last_seq)
+        back = forks_db.bring_back_messages(conn, merge.id)
+        forks_db.mark_merge_restored(conn, merge.id, actor)
         transcripts_db.refresh_sessions(conn, [parent_session_id])
         first = min(s for s in (merge.parent_first_seq, merge.superseded_first_seq) if s is not None)
-        _clear_derived(conn, parent_session_id, first, merge.first_changed_day)
+        forks_db.clear_derived(conn, parent_session_id, first, merge.first_changed_day)
     return RestoreReport(merge, removed, back)
 
 
@@ -211,13 +200,3 @@ def _as_parent_turn(turn: Message, source: Message, merge: Merge) -> Message:
     return replace(turn, session_id=merge.parent_session_id, metadata=metadata, content_hash=hash_message(fields),
                    source_file=f"{MERGE_SOURCE}:{merge.id}", source_line=source.seq, parent_session_id=None,
                    fork_seq=None)
-
-
-def _clear_derived(conn: psycopg.Connection, session_id: str, from_seq: int, day: str) -> None:
-    """The parent's rows derived from what the merge changed, cleared for the next run to
-    build again from the day: its turn index from the first changed seq (search stops
-    serving them now), its chunks and segments of the day on."""
-    params = {"session_id": session_id, "from_seq": from_seq, "day": day}
-    for name in ("clear_turns_from", "clear_chunks_from_day", "clear_segments_from_day"):
-        conn.execute(query(name), params)
-

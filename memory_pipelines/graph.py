@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
-from psycopg.rows import class_row
 
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import entries as entries_db
 
 
 @dataclass(frozen=True)
@@ -29,9 +28,7 @@ class Triple:
 
 def relations(conn: psycopg.Connection, user_id: str, entity: str | None = None, relation: str | None = None,
               at: datetime | None = None) -> list[Triple]:
-    with conn.cursor(row_factory=class_row(Triple)) as cur:
-        return cur.execute(query("graph_relations"), {"user_id": user_id, "entity": entity, "relation": relation,
-                                                      "at": at}).fetchall()
+    return [Triple(**row) for row in entries_db.graph_relations(conn, user_id, entity, relation, at)]
 
 
 def reachable(conn: psycopg.Connection, user_id: str, entity: str, hops: int = 2,

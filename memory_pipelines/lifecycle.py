@@ -13,51 +13,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 from memory_pipelines.db import lifecycle as lifecycle_db
 from memory_pipelines.db import turns as turns_db
-from memory_pipelines.db.queries import query
 from memory_pipelines.config import DecaySettings
-from memory_pipelines.core.knowledge_entries import DecayCandidate, DecayVerdict, Triple, plan_decay, superseded_by
+from memory_pipelines.core.knowledge_entries import DecayVerdict, plan_decay, superseded_by
 from memory_pipelines.pii import sanitize
 from memory_pipelines.shards import ALL_USERS, Shard
 
 # the tables whose rows record accesses (decay's boost and disuse)
 ACCESS_COUNTED = ("knowledge_entries", "memory_facts")
-# forget's statements in order, children before what they were derived from, each with the
-# table it reports its rows under (hidden fact rows count as memory_facts)
-FORGET_STATEMENTS = (
-    ("forget_memory_facts_hidden", "memory_facts"),
-    ("forget_memory_facts", "memory_facts"),
-    ("forget_memory_fact_rejections", "memory_fact_rejections"),
-    ("forget_memory_summary", "memory_summary"),
-    ("forget_session_memory_state", "session_memory_state"),
-    ("forget_memory_chunks", "memory_chunks"),
-    ("forget_memory_turns", "memory_turns"),
-    ("forget_memory_tree", "memory_tree"),
-    ("forget_memory_turn_stats", "memory_turn_stats"),
-    ("forget_sketches", "sketches"),
-    ("forget_recall_ledger", "recall_ledger"),
-    ("forget_knowledge_sources", "knowledge_sources"),
-    ("forget_knowledge_entry_versions", "knowledge_entry_versions"),
-    ("forget_knowledge_entries", "knowledge_entries"),
-    ("forget_entity_graph", "entity_graph"),
-    ("forget_error_memory", "error_memory"),
-    ("forget_memory_archive", "memory_archive"),
-    ("forget_session_summary_versions", "session_summary_versions"),
-    ("forget_session_summaries", "session_summaries"),
-    ("forget_conversation_segments", "conversation_segments"),
-    ("forget_llm_calls", "llm_calls"),
-    ("forget_quarantine", "quarantine"),
-    ("forget_superseded_messages", "superseded_messages"),
-    ("forget_session_merges", "session_merges"),
-    ("forget_session_forks", "session_forks"),
-    ("forget_messages", "messages"),
-    ("forget_sessions", "sessions"),
-)
 
 
 def move_to_archive(conn: psycopg.Connection, table: str, rows: list[dict], partition_key: str, run_id: str) -> None:
@@ -65,20 +30,12 @@ def move_to_archive(conn: psycopg.Connection, table: str, rows: list[dict], part
     to memory_archive (the decay stage and PII expiry archive through it)."""
     if not rows:
         return
-    ids = [r["id"] for r in rows]
-    if table == "memory_facts":  # hidden rows go with their survivor (they point at it)
-        conn.execute(query("archive_hidden_facts"), {"rows": Jsonb(rows), "partition_key": partition_key,
-                                                      "run_id": run_id})
-        conn.execute(query("delete_hidden_facts_of"), {"ids": ids})
-    conn.execute(sql.SQL(query("archive_rows")).format(table=sql.Identifier(table)), {
-        "table": table, "rows": Jsonb(rows), "partition_key": partition_key, "run_id": run_id})
-    conn.execute(sql.SQL(query("delete_rows")).format(table=sql.Identifier(table)), {"ids": ids})
+    lifecycle_db.archive_rows(conn, table, rows, partition_key, run_id)
 
 
 def user_clocks(conn: psycopg.Connection, user_ids: Sequence[str], before: datetime) -> dict[str, datetime]:
     """Each user's newest message before `before`: the "now" their memory ages by."""
-    return {user: ts for user, ts in conn.execute(query("user_clocks"), {"user_ids": list(user_ids),
-                                                                         "before": before}) if ts is not None}
+    return lifecycle_db.user_clocks(conn, user_ids, before)
 
 
 def judge_decay(conn: psycopg.Connection, as_of: datetime, settings: DecaySettings,
@@ -86,13 +43,9 @@ def judge_decay(conn: psycopg.Connection, as_of: datetime, settings: DecaySettin
     """What decay would do to every knowledge entry and visible fact seen by `as_of` (of one
     user, given one; of the shard's users), each as of its user's newest message by then,
     archiving nothing. Rows run `run_id` stored are kept."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        candidates = [DecayCandidate(**row) for listing in ("decay_knowledge_candidates", "decay_fact_candidates")
-                      for row in cur.execute(query(listing), {"as_of": as_of, "user_id": user_id,
-                                                                       **shard.params}).fetchall()]
-        users = sorted({c.user_id for c in candidates if c.user_id is not None})
-        triples = [Triple(**row) for row in cur.execute(query("graph_statements"),
-                                                        {"user_ids": users, "all_users": False}).fetchall()]
+    candidates = lifecycle_db.decay_candidates(conn, as_of, user_id, shard)
+    users = sorted({c.user_id for c in candidates if c.user_id is not None})
+    triples = lifecycle_db.graph_statements(conn, users, all_users=False)
     # a moment past as_of: the clock counts the message at as_of itself
     clocks = user_clocks(conn, users, as_of + timedelta(microseconds=1))
     return plan_decay(candidates, triples, as_of, min_age=timedelta(days=settings.min_age_days),
@@ -108,7 +61,7 @@ def restore(conn: psycopg.Connection, archive_id: int) -> list[tuple[str, int]]:
         raise LookupError(f"no archived row {archive_id}")
     for table, source_id in restored:
         if table in ACCESS_COUNTED:
-            conn.execute(sql.SQL(query("touch_restored")).format(table=sql.Identifier(table)), {"id": source_id})
+            lifecycle_db.touch_restored(conn, table, source_id)
     return restored
 
 
@@ -145,11 +98,9 @@ class ArchivedRow:
 
 
 def archived_rows(conn: psycopg.Connection, selection: ArchiveSelection) -> list[ArchivedRow]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        return [ArchivedRow(**row) for row in cur.execute(query("archived_rows"), {
-            "reason": selection.reason, "since": selection.since, "run_id": selection.run_id,
-            "user_id": selection.user_id, "ids": list(selection.ids), "limit": selection.limit,
-            "with_followers": selection.with_followers}).fetchall()]
+    return [ArchivedRow(**row) for row in lifecycle_db.archived_rows(
+        conn, reason=selection.reason, since=selection.since, run_id=selection.run_id, user_id=selection.user_id,
+        ids=selection.ids, limit=selection.limit, with_followers=selection.with_followers)]
 
 
 @dataclass(frozen=True)
@@ -177,21 +128,15 @@ def forget(conn: psycopg.Connection, user_id: str, session_id: str | None = None
     """Delete a user's (or one of their sessions') messages and everything derived from
     them, through the lineage columns, in the caller's transaction; record a tombstone so
     ingestion does not bring them back. Returns the rows removed per table."""
-    session_ids = [r[0] for r in conn.execute(query("forget_session_ids"),
-                                              {"user_id": user_id, "session_id": session_id})]
-    params = {"user_id": user_id, "session_ids": session_ids, "whole_user": session_id is None}
-    removed: dict[str, int] = {}
-    conn.execute(query("forget_unhide_facts"), params)
-    for statement, table in FORGET_STATEMENTS:
-        removed[table] = removed.get(table, 0) + conn.execute(query(statement), params).rowcount
-    conn.execute(query("record_forgotten"), {"user_id": user_id, "session_key": session_id or ""})
+    removed = lifecycle_db.forget_rows(conn, user_id, session_id)
+    lifecycle_db.record_forgotten(conn, user_id, session_id or "")
     turns_db.refresh_turn_stats(conn, [user_id])  # what the user's remaining turns count
     return removed
 
 
 def unforget(conn: psycopg.Connection, user_id: str, session_id: str | None = None) -> bool:
     """Lift a tombstone, so the transcripts can be ingested again on purpose."""
-    return conn.execute(query("unforget"), {"user_id": user_id, "session_key": session_id or ""}).rowcount > 0
+    return lifecycle_db.unforget(conn, user_id, session_id or "")
 
 
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -210,10 +155,8 @@ def export_markdown(conn: psycopg.Connection, out_dir: Path, user_id: str | None
     out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    with conn.cursor(row_factory=dict_row) as cur:
-        entries = cur.execute(query("export_entries"), {"user_id": user_id}).fetchall()
-        triples = [Triple(**row) for row in cur.execute(query("graph_statements"), {
-            "all_users": user_id is None, "user_ids": [user_id]}).fetchall()]
+    entries = lifecycle_db.export_entries(conn, user_id)
+    triples = lifecycle_db.graph_statements(conn, [user_id], all_users=user_id is None)
     for e in entries:
         newer = superseded_by(f"{e['title']} {e['content']}", e["user_id"], e["updated_at"], triples)
         title, content = sanitize(e["title"]).text, sanitize(e["content"]).text
@@ -234,8 +177,7 @@ def export_markdown(conn: psycopg.Connection, out_dir: Path, user_id: str | None
 
 def pii_entries(conn: psycopg.Connection, user_id: str | None = None) -> list[dict]:
     """Knowledge entries that held PII (sanitized before they were stored), to list or count."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(query("pii_entries"), {"user_id": user_id}).fetchall()
+    return lifecycle_db.pii_entries(conn, user_id)
 
 
 def expire_pii_older_than(conn: psycopg.Connection, age: timedelta, as_of: datetime, run_id: str = "manual") -> int:

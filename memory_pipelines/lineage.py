@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import lineage as lineage_db
 
 # the query of each kind, and the purpose of the calls that wrote its rows before calls had ids
 KINDS = {"fact": ("lineage_fact", "extract_facts"), "chunk": ("lineage_chunk", None),
@@ -17,24 +16,19 @@ KINDS = {"fact": ("lineage_fact", "extract_facts"), "chunk": ("lineage_chunk", N
 EXCERPT_CHARS = 160
 
 
-def _rows(conn: psycopg.Connection, name: str, params: dict) -> list[dict]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(query(name), params).fetchall()
-
-
 def lineage(conn: psycopg.Connection, kind: str, ident: str) -> dict[str, Any]:
     """The lineage of one row: `ident` is a row id, or a session id for `summary`."""
     if kind == "summary":
-        versions = _rows(conn, "lineage_summary", {"session_id": ident})
+        versions = lineage_db.lineage_rows(conn, "lineage_summary", {"session_id": ident})
         if not versions:
             raise LookupError(f"no summary for session {ident!r}")
         first = min((v["seq_start"] for v in versions if v["seq_start"] is not None), default=0)
         calls = []
         for run_id in sorted({v["run_id"] for v in versions}):
-            calls += _rows(conn, "lineage_calls", {"call_id": None, "run_id": run_id, "session_id": ident,
+            calls += lineage_db.lineage_rows(conn, "lineage_calls", {"call_id": None, "run_id": run_id, "session_id": ident,
                                                    "purpose": None})
         return {"kind": kind, "row": versions[-1], "versions": versions, "calls": calls,
-                "messages": _rows(conn, "lineage_messages", {"session_id": ident, "first": first,
+                "messages": lineage_db.lineage_rows(conn, "lineage_messages", {"session_id": ident, "first": first,
                                                              "last": versions[-1]["cursor_seq"],
                                                              "chars": EXCERPT_CHARS})}
     if kind not in KINDS:
@@ -44,20 +38,20 @@ def lineage(conn: psycopg.Connection, kind: str, ident: str) -> dict[str, Any]:
     except ValueError:
         raise ValueError(f"{kind} ids are numbers, got {ident!r}") from None
     name, purpose = KINDS[kind]
-    found = _rows(conn, name, {"id": row_id})
+    found = lineage_db.lineage_rows(conn, name, {"id": row_id})
     if not found:
         raise LookupError(f"no {kind} with id {row_id} (archived rows are in memory_archive)")
     row = found[0]
-    report: dict[str, Any] = {"kind": kind, "row": row, "messages": _rows(conn, "lineage_messages", {
+    report: dict[str, Any] = {"kind": kind, "row": row, "messages": lineage_db.lineage_rows(conn, "lineage_messages", {
         "session_id": row["session_id"], "first": row["seq_start"], "last": row["seq_end"], "chars": EXCERPT_CHARS})}
-    report["calls"] = _rows(conn, "lineage_calls", {
+    report["calls"] = lineage_db.lineage_rows(conn, "lineage_calls", {
         "call_id": row["call_id"], "run_id": row["run_id"], "session_id": row["session_id"],
         "purpose": purpose}) if purpose else []
     if kind == "fact":
-        report["merged"] = [r for r in _rows(conn, "lineage_fact_merged",
+        report["merged"] = [r for r in lineage_db.lineage_rows(conn, "lineage_fact_merged",
                                               {"id": row_id, "merged_into": row["merged_into"]}) if r["id"] != row_id]
     if kind == "entry":
-        report["versions"] = _rows(conn, "lineage_entry_versions", {"entry_key": row["entry_key"]})
+        report["versions"] = lineage_db.lineage_rows(conn, "lineage_entry_versions", {"entry_key": row["entry_key"]})
     return report
 
 

@@ -15,9 +15,9 @@ from datetime import datetime
 
 import numpy as np
 import psycopg
-from psycopg.rows import dict_row
 
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import search as search_db
+from memory_pipelines.db import turns as turns_db
 from memory_pipelines.llm.rendering import estimate_tokens
 
 # BM25's parameters (the usual ones: term frequency saturation, length normalization)
@@ -190,9 +190,7 @@ def search_passages(conn: psycopg.Connection, text: str, *, user_id: str | None,
                                                  "b": BM25_B, "limit": CANDIDATES}))
     if how.signal in ("fused", "vector") and vector is not None:
         statements.append(("turn_vector_search", {**scope, "vector": vector, "model": model, "limit": CANDIDATES}))
-    with conn.pipeline():
-        cursors = [conn.cursor(row_factory=dict_row).execute(query(name), params) for name, params in statements]
-    results = dict(zip((name for name, _ in statements), (c.fetchall() for c in cursors), strict=True))
+    results = dict(zip((name for name, _ in statements), search_db.pipelined_rows(conn, statements), strict=True))
     lexical_rows = results.get("turn_text_search", [])
     vector_rows = results.get("turn_vector_search", [])
     positions = {(r["session_id"], r["seq"]): (r["session_id"], r["pos"]) for r in lexical_rows + vector_rows}
@@ -215,9 +213,8 @@ def search_passages(conn: psycopg.Connection, text: str, *, user_id: str | None,
     windows = _windows(ranked, limit, how.before, how.after)
     if not windows:
         return []
-    rows = conn.cursor(row_factory=dict_row).execute(query("turn_windows"), {
-        "session_ids": [w[0] for w in windows], "los": [w[1] for w in windows], "his": [w[2] for w in windows],
-        **scope}).fetchall()
+    rows = turns_db.turn_windows(conn, [w[0] for w in windows], [w[1] for w in windows], [w[2] for w in windows],
+                                 scope)
     turns: dict[str, list[Turn]] = {}
     for r in rows:
         turns.setdefault(r["session_id"], []).append(Turn(r["id"], r["session_id"], r["seq"], r["pos"], r["role"],

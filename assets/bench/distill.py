@@ -23,7 +23,6 @@ from pathlib import Path
 import dagster as dg
 import psutil
 import psycopg
-from psycopg.rows import dict_row
 
 
 
@@ -35,9 +34,11 @@ from memory_pipelines.bench.database import fresh_database, reused_or_built
 from memory_pipelines.bench.distill import BackfillBench, DatabaseLoad, DistillBench, PurposeUsage
 from memory_pipelines.bench.evidence_set import EvidenceSet, write_evidence_set
 from memory_pipelines.config import SPECS, Settings, child_environment
+from memory_pipelines.db import bench as bench_db
+from memory_pipelines.db import schema as schema_db
+from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.db.connection import close_pools, get_pool, resolve_url
-from memory_pipelines.db.queries import query
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from memory_pipelines.llm.instant_server import InstantModelServer
 from memory_pipelines.quality_gates import expectations
@@ -121,14 +122,13 @@ def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoa
     peaks = {"connections": 0, "active": 0}
     done = threading.Event()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.row_factory = dict_row
         server = _server_process(conn)
 
         def sample() -> None:
             last = time.monotonic()
             while not done.wait(interval):
                 now = time.monotonic()
-                rows = conn.execute(query("bench_server_activity")).fetchall()
+                rows = bench_db.server_activity(conn)
                 peaks["connections"] = max(peaks["connections"], sum(r["connections"] for r in rows))
                 peaks["active"] = max(peaks["active"], sum(r["connections"] for r in rows
                                                            if r["kind"] not in ("idle", "idle in transaction")))
@@ -138,7 +138,7 @@ def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoa
                         events[r["event"]] = events.get(r["event"], 0.0) + r["connections"] * (now - last)
                 last = now
 
-        before = conn.execute(query("bench_server_counters")).fetchone()
+        before = bench_db.server_counters(conn)
         server_before, (machine_before, iowait_before) = _server_cpu_seconds(server), _machine_cpu()
         started = time.monotonic()
         sampler = threading.Thread(target=sample, daemon=True)
@@ -151,7 +151,7 @@ def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoa
         seconds = time.monotonic() - started
         server_after, (machine_after, iowait_after) = _server_cpu_seconds(server), _machine_cpu()
         time.sleep(2)  # an idle backend reports its statistics within a second or so
-        after = conn.execute(query("bench_server_counters")).fetchone()
+        after = bench_db.server_counters(conn)
     change = {name: after[name] - before[name] for name in after}
     loads.append(DatabaseLoad(
         seconds=seconds, connections_peak=peaks["connections"], active_peak=peaks["active"], doing_seconds=doing,
@@ -201,9 +201,9 @@ def run_distill_benchmark(config: GeneratorConfig, settings: Settings, *, cost: 
                                       show_steps=False)
                     seconds = time.perf_counter() - started
                 with get_pool(url).connection() as conn:
-                    usage = {row[0]: PurposeUsage(*row[1:]) for row in conn.execute(query("model_usage_by_purpose"))}
-                    summarized = conn.execute(query("summarized_session_days")).fetchone()[0]
-                    sizes = dict(conn.execute(query("table_sizes")).fetchall())
+                    usage = {row[0]: PurposeUsage(*row[1:]) for row in summaries_db.model_usage_by_purpose(conn)}
+                    summarized = summaries_db.summarized_session_days(conn)
+                    sizes = schema_db.table_sizes(conn)
                     messages = transcripts_db.row_counts(conn, ["messages"])["messages"]
                 # a stage's time: its longest shard's
                 stages = {}

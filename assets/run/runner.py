@@ -25,7 +25,6 @@ import dagster as dg
 import psycopg
 import sqlalchemy.exc
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
-from psycopg import sql
 
 from tqdm import tqdm
 
@@ -33,7 +32,7 @@ from assets.materialization import STOPPED_BEFORE_STEP
 from assets.partitions import SHARD_TAG, SHARDS, TRANSIENT_RETRIES, daily_partitions, partition_key
 from assets.location import use_settings
 from memory_pipelines.config import MANAGED_MARK, SPECS, Settings, dagster_home, handed_off
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import schema as schema_db
 from memory_pipelines.interrupts import deferred_stop
 from memory_pipelines.shards import Shard
 from memory_pipelines.stages.common import progress_bars
@@ -91,7 +90,7 @@ def ensure_dagster_home(home: Path, database_url: str | None = None, *,
         text = INSTANCE_TEMPLATE.read_text(encoding="utf-8") + _run_queue(max_concurrent_runs)
         if database_url:
             with psycopg.connect(database_url) as conn:  # one transaction: the lock and the schema
-                conn.execute(sql.SQL(query("create_dagster_schema")).format(schema=sql.Identifier(DAGSTER_SCHEMA)))
+                schema_db.create_dagster_schema(conn, DAGSTER_SCHEMA)
             text += _postgres_storage(dagster_storage_url(database_url))
         # written aside and renamed: a process starting at the same moment must never read
         # a half-written file and take it for the user's own

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
-from psycopg.rows import class_row
 
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import api as api_db
 
 KEY_PREFIX = "mpk_"
 SHOWN_CHARS = 10  # of a key, in lists: enough to tell keys apart, too few to use one
@@ -40,29 +39,25 @@ def create_key(conn: psycopg.Connection, user_id: str | None, *, admin: bool = F
     if not admin and not (user_id or "").strip():
         raise ValueError("a key belongs to a user (--user U) unless it is an admin key (--admin)")
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
-    with conn.cursor(row_factory=class_row(ApiKey)) as cur:
-        key = cur.execute(query("insert_api_key"), {"name": name, "user_id": None if admin else user_id,
-                                                   "admin": admin, "key_hash": hash_key(secret),
-                                                   "prefix": secret[:SHOWN_CHARS]}).fetchone()
-    return key, secret
+    key = api_db.insert_api_key(conn, name=name, user_id=None if admin else user_id, admin=admin,
+                                key_hash=hash_key(secret), prefix=secret[:SHOWN_CHARS])
+    return ApiKey(**key), secret
 
 
 def authenticate(conn: psycopg.Connection, secret: str) -> ApiKey | None:
     """The live key a request presents, or None (unknown or revoked)."""
     if not secret.startswith(KEY_PREFIX):
         return None
-    with conn.cursor(row_factory=class_row(ApiKey)) as cur:
-        return cur.execute(query("api_key_by_hash"), {"key_hash": hash_key(secret)}).fetchone()
+    key = api_db.api_key_by_hash(conn, hash_key(secret))
+    return ApiKey(**key) if key is not None else None
 
 
 def list_keys(conn: psycopg.Connection) -> list[ApiKey]:
-    with conn.cursor(row_factory=class_row(ApiKey)) as cur:
-        return cur.execute(query("api_keys")).fetchall()
+    return [ApiKey(**key) for key in api_db.api_keys(conn)]
 
 
 def revoke_key(conn: psycopg.Connection, key_id: int) -> ApiKey:
-    with conn.cursor(row_factory=class_row(ApiKey)) as cur:
-        revoked = cur.execute(query("revoke_api_key"), {"id": key_id}).fetchone()
+    revoked = api_db.revoke_api_key(conn, key_id)
     if revoked is None:
         raise LookupError(f"no live API key {key_id}")
-    return revoked
+    return ApiKey(**revoked)

@@ -19,17 +19,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines import graph, lineage
 from memory_pipelines.api.access import API, ApiError, Unauthorized, Forbidden, NotFound, Conflict, Caller
 from memory_pipelines.api.keys import authenticate
 from memory_pipelines.config import DecaySettings, Settings
+from memory_pipelines.db import api as api_db
 from memory_pipelines.db import facts_chunks as facts_chunks_db
-from memory_pipelines.db import knowledge as knowledge_db
+from memory_pipelines.db import entries as entries_db
+from memory_pipelines.db import search as search_db
 from memory_pipelines.db.outage import DatabaseLost, ServerLog, connection_lost
-from memory_pipelines.db.queries import query
 from memory_pipelines.embed import Embedder
 from memory_pipelines.forks import ForkError, fork_session, merge_fork, restore_merge
 from memory_pipelines.core.fact_extraction import (
@@ -117,7 +117,7 @@ class MemoryService:
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection]:
         with self.pool.connection() as conn, conn.transaction():
-            conn.execute(query("set_statement_timeout"), {"ms": str(self.statement_timeout_ms)})
+            api_db.set_statement_timeout(conn, str(self.statement_timeout_ms))
             yield conn
 
     # --- who is asking -------------------------------------------------------------------
@@ -285,7 +285,7 @@ class MemoryService:
     def memory_summary(self, caller: Caller, *, user_id: str | None = None) -> dict:
         user = caller.one_user(user_id)
         with self._conn() as conn:
-            row = conn.execute(query("user_memory_summary"), {"user_id": user}).fetchone()
+            row = api_db.user_memory_summary(conn, user)
         return {"user_id": user, "summary": row[0] if row else None, "facts": row[1] if row else 0,
                 "updated_at": row[2].isoformat() if row else None}
 
@@ -390,8 +390,8 @@ class MemoryService:
                       "model": f"{call.backend}/{call.model}", "stored": False}
             if conn is not None:
                 lineage_row = {**caller.lineage(now), "session_id": session}
-                knowledge_db.forge_knowledge(conn, [(e, lineage_row) for e in entries])
-                knowledge_db.forge_relations(conn, [(r, {**lineage_row, "user_id": user}) for r in relations])
+                entries_db.forge_knowledge(conn, [(e, lineage_row) for e in entries])
+                entries_db.forge_relations(conn, [(r, {**lineage_row, "user_id": user}) for r in relations])
                 answer["stored"] = True
             return answer
 
@@ -457,12 +457,12 @@ class MemoryService:
 
     def _own_session(self, conn: psycopg.Connection, caller: Caller, session_id: str) -> str:
         """The session's user, when the caller may read it."""
-        owner = conn.execute(query("session_owner"), {"session_id": session_id}).fetchone()
+        owner = search_db.session_owner(conn, session_id)
         if owner is None:
             raise NotFound(f"no session {session_id!r} is stored")
-        if not caller.key.admin and owner[0] != caller.key.user_id:
+        if not caller.key.admin and owner != caller.key.user_id:
             raise Forbidden(f"session {session_id!r} belongs to another user")
-        return owner[0]
+        return owner
 
     def _write(self, caller: Caller, operation: str, request: dict, idempotency_key: str | None,
                write: Callable[[psycopg.Connection, datetime], dict]) -> dict:
@@ -472,16 +472,14 @@ class MemoryService:
         now = datetime.now(UTC)
         with self._conn() as conn:
             if idempotency_key is not None:
-                claim = {"key_id": caller.key.id, "idempotency_key": idempotency_key[:200]}
-                claimed = conn.execute(query("claim_idempotency_key"), {
-                    **claim, "operation": operation, "request_hash": digest}).rowcount
+                claim = (caller.key.id, idempotency_key[:200])
+                claimed = api_db.claim_idempotency_key(conn, *claim, operation, digest)
                 if not claimed:
-                    stored_operation, stored_hash, response = conn.execute(query("idempotent_answer"),
-                                                                           claim).fetchone()
+                    stored_operation, stored_hash, response = api_db.idempotent_answer(conn, *claim)
                     if (stored_operation, stored_hash) != (operation, digest):
                         raise Conflict("this Idempotency-Key was used for another request")
                     return {**response, "replayed": True}
             answer = write(conn, now)
             if idempotency_key is not None:
-                conn.execute(query("record_idempotent_answer"), {**claim, "response": Jsonb(answer)})
+                api_db.record_idempotent_answer(conn, *claim, answer)
         return {**answer, "replayed": False}

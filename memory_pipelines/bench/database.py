@@ -9,13 +9,11 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import psycopg
-from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from memory_pipelines.config import Settings
+from memory_pipelines.db import bench as bench_db
 from memory_pipelines.db.connection import resolve_url, with_database
 from memory_pipelines.db.migrations import MigrationError, migrate
-from memory_pipelines.db.queries import query
 
 PREFIX = "memory_bench_"  # every benchmark database's name starts with it
 
@@ -32,8 +30,7 @@ def _recreate(server: str, name: str) -> str:
     """The benchmark database `name`, dropped if it exists and created empty; its URL."""
     url = _url(server, name)
     with psycopg.connect(server, autocommit=True) as admin:
-        for statement in ("bench_drop_database", "bench_create_database"):
-            admin.execute(sql.SQL(query(statement)).format(database=sql.Identifier(name)))
+        bench_db.recreate_database(admin, name)
     return url
 
 
@@ -50,11 +47,11 @@ def reused_or_built(server: str, name: str, params: dict, build: Callable[[str],
     whether it was reused, and the seconds its build took."""
     url = _url(server, name)
     with psycopg.connect(server, autocommit=True) as admin:
-        exists = admin.execute(query("bench_database_exists"), {"name": name}).fetchone()[0]
+        exists = bench_db.database_exists(admin, name)
     if exists and not rebuild:
         with psycopg.connect(url) as conn:
-            conn.execute(query("bench_meta_create"))
-            meta = conn.execute(query("bench_meta_read")).fetchone()
+            bench_db.create_meta_table(conn)
+            meta = bench_db.build_meta(conn)
         if meta and meta[0] == params and meta[1]:
             try:
                 migrate(url)  # a newer schema applies to the data already there
@@ -66,11 +63,11 @@ def reused_or_built(server: str, name: str, params: dict, build: Callable[[str],
     _recreate(server, name)
     migrate(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(query("bench_meta_create"))
-        conn.execute(query("bench_meta_start"), {"params": Jsonb(params)})
+        bench_db.create_meta_table(conn)
+        bench_db.record_build_start(conn, params)
     started = time.perf_counter()
     build(url)
     seconds = time.perf_counter() - started
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(query("bench_meta_complete"), {"seconds": seconds})
+        bench_db.record_build_complete(conn, seconds)
     return url, False, seconds

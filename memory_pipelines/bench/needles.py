@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from psycopg.rows import dict_row
 
 from memory_pipelines.config import PACKAGE_DIR
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import bench as bench_db
 from memory_pipelines.embed import Embedder
 from memory_pipelines.search import MemoryHit, MemorySearch, UnifiedMemorySearch, fuse_rrf, query_terms
 
@@ -71,11 +70,6 @@ def ndcg(flags: list[bool], relevant_total: int, k: int) -> float:
     return dcg / ideal if ideal else 0.0
 
 
-def _rows(conn: psycopg.Connection, name: str, params: dict) -> list[dict]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(query(name), params).fetchall()
-
-
 def _chunk(row: dict) -> MemoryHit:
     return MemoryHit("raw", row["content"], row["session_id"], row["ended_at"], 0.0, id=row["id"],
                      user_id=row["user_id"], start_seq=row["start_seq"], end_seq=row["end_seq"])
@@ -83,7 +77,7 @@ def _chunk(row: dict) -> MemoryHit:
 
 def _by_facts(search: MemorySearch, question: str, user: str, depth: int) -> list[MemoryHit]:
     facts = search.search_facts(question, user, limit=depth)
-    rows = _rows(search.conn, "bench_chunks_holding_facts", {"fact_ids": [f.id for f in facts]})
+    rows = bench_db.chunks_holding_facts(search.conn, [f.id for f in facts])
     first: dict[int, dict] = {}  # a chunk holding several facts ranks at the first one
     for r in rows:
         first.setdefault(r["id"], r)
@@ -92,7 +86,7 @@ def _by_facts(search: MemorySearch, question: str, user: str, depth: int) -> lis
 
 def _by_summaries(search: MemorySearch, question: str, user: str, depth: int) -> list[MemoryHit]:
     terms = query_terms(question)
-    rows = _rows(search.conn, "bench_chunks_keyed_by_summaries", {"user_id": user, "terms": terms})
+    rows = bench_db.chunks_keyed_by_summaries(search.conn, user, terms)
     hit = {r["id"]: sum(t in r["entries"].casefold() for t in terms) for r in rows}
     return [_chunk(r) for r in sorted(rows, key=lambda r: -hit[r["id"]])][:depth]  # stable: newest first
 
@@ -123,8 +117,7 @@ def retrieval(conn: psycopg.Connection, embedder: Embedder, k: int = 5,
     counted = 0
     with conn.transaction(force_rollback=True):
         for q in questions:
-            chunks, other_stores = conn.execute(query("bench_relevant_counts"),
-                                                {"user_id": q["user"], "needles": q["relevant"]}).fetchone()
+            chunks, other_stores = bench_db.relevant_counts(conn, q["user"], q["relevant"])
             if chunks == 0:
                 continue  # nothing to find: the question does not count
             counted += 1

@@ -12,7 +12,7 @@ import psycopg
 
 from memory_pipelines.bench.evidence_set import CATEGORIES, Question
 from memory_pipelines.bench.needles import ndcg
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import bench as bench_db
 from memory_pipelines.embed import Embedder
 from memory_pipelines.passages import Budget, TurnSearch, fill_passages
 from memory_pipelines.search import MemoryHit, UnifiedMemorySearch, passage_hit
@@ -59,7 +59,7 @@ def _reads(conn: psycopg.Connection, hits: Sequence[MemoryHit]) -> list[Read]:
     chunk_sessions = sorted({h.session_id for h in hits if h.source_type == "raw" and not h.turns and h.id})
     lines = {}
     if chunk_sessions:  # a chunk is read turn by turn: its turns' lengths
-        for session_id, seq, role, body in conn.execute(query("bench_turn_lengths"), {"session_ids": chunk_sessions}):
+        for session_id, seq, role, body in bench_db.turn_lengths(conn, chunk_sessions):
             lines[(session_id, seq)] = len(f"{role}: {body}")
     reads = []
     for h in hits:

@@ -31,7 +31,7 @@ import psycopg
 from memory_pipelines.api import keys
 from memory_pipelines.bench.needles import QUESTIONS
 from memory_pipelines.bench.search.timing import Latency, load_average
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import bench as bench_db
 from memory_pipelines.config import Settings, child_environment
 from memory_pipelines.embed import embed_config
 from memory_pipelines.ports import free_port
@@ -110,8 +110,7 @@ def bench_questions(conn: psycopg.Connection, user: str) -> list[str]:
     port?"), so that every search has something of the user's to find."""
     sample = json.loads(QUESTIONS.read_text())
     asked = [q["question"] for q in sample if q["user"] == user]
-    asked += [f"what about {key.replace('_', ' ')}?" for (key,) in conn.execute(query("bench_fact_keys"),
-                                                                             {"user_id": user})]
+    asked += [f"what about {key.replace('_', ' ')}?" for key in bench_db.fact_keys(conn, user)]
     return asked
 
 
@@ -216,10 +215,10 @@ def run(settings: Settings, config: ServeBenchConfig,
     """Load `serve http` and `serve mcp --http` over the database of `settings` (MEMORY_DATABASE_URL)."""
     url = settings.database_url
     with closing(psycopg.connect(url, autocommit=True)) as conn:
-        user = config.user or next(iter(conn.execute(query("bench_busiest_user")).fetchone() or ()), None)
+        user = config.user or bench_db.busiest_user(conn)
         if user is None:
             raise ServeBenchError("the database holds no facts to search: `memory-pipelines run` distills the sample")
-        facts, turns = conn.execute(query("bench_user_size"), {"user_id": user}).fetchone()
+        facts, turns = bench_db.user_size(conn, user)
         if not facts and not turns:
             raise ServeBenchError(f"user {user!r} has no memory in this database: name one with --user")
         questions = bench_questions(conn, user)

@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 
-from memory_pipelines.cli import bench, database, inventory, lifecycle, run, search, serve
+from memory_pipelines.cli import bench, curation, database, inventory, run, search, serve
 from memory_pipelines.cli.common import CliError, UsageError
 from memory_pipelines.cli.database import cmd_config, cmd_doctor
 from memory_pipelines.config import ConfigError, Settings, load, unknown_settings, unreadable
@@ -21,10 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     # each command's parser is defined next to its handler; added in the order --help lists them
     for register in (run.register_run, run.register_reshard, database.register_db, database.register_ui,
                      search.register_context, search.register_search, bench.register_bench,
-                     lifecycle.register_forget, lifecycle.register_export, lifecycle.register_archive,
+                     curation.register_forget, curation.register_export, curation.register_archive,
                      inventory.register_quarantine, inventory.register_embeddings, inventory.register_users,
-                     inventory.register_sessions, search.register_turns, lifecycle.register_fork,
-                     lifecycle.register_merge, search.register_tree, database.register_doctor,
+                     inventory.register_sessions, search.register_turns, curation.register_fork,
+                     curation.register_merge, search.register_tree, database.register_doctor,
                      database.register_config, inventory.register_lineage, serve.register_serve,
                      serve.register_keys, inventory.register_formats, run.register_generate):
         register(sub)

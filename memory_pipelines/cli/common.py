@@ -52,19 +52,19 @@ def _positive_int(text: str) -> int:
 
 
 def _require_user(conn, user_id: str) -> None:
-    from memory_pipelines.db.queries import query
+    from memory_pipelines.db import inventory as inventory_db
 
-    if not conn.execute(query("user_known"), {"user_id": user_id}).fetchone()[0]:
+    if not inventory_db.user_known(conn, user_id):
         raise CliError(f"nothing is stored for user {user_id!r} (`memory-pipelines users` lists who has memory)")
 
 
 def _require_session(conn, session_id: str, user_id: str | None = None) -> None:
-    from memory_pipelines.db.queries import query
+    from memory_pipelines.db import search as search_db
 
-    owner = conn.execute(query("session_owner"), {"session_id": session_id}).fetchone()
+    owner = search_db.session_owner(conn, session_id)
     if owner is None:
         raise CliError(f"no session {session_id!r} is stored (`memory-pipelines sessions --user U` lists a user's)")
-    if user_id is not None and owner[0] != user_id:
+    if user_id is not None and owner != user_id:
         raise CliError(f"session {session_id!r} belongs to another user than {user_id!r}")
 
 

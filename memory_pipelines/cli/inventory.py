@@ -48,8 +48,8 @@ def cmd_quarantine(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_embeddings(args: argparse.Namespace, settings: Settings) -> int:
+    from memory_pipelines.db import search as search_db
     from memory_pipelines.db.connection import get_pool
-    from memory_pipelines.db.queries import query
     from memory_pipelines.embed import EmbeddingError, build_embedder, embed_config
 
     embedder = build_embedder(embed_config(settings))
@@ -60,7 +60,7 @@ def cmd_embeddings(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         embedder.close()
     with get_pool(_connect_url(settings)).connection() as conn:
-        rows = conn.execute(query("embedding_model_counts")).fetchall()
+        rows = search_db.embedding_model_counts(conn)
     print(f"configured embedder: {configured}")
     for table, model, count in rows:
         if model is None:
@@ -76,11 +76,11 @@ def cmd_embeddings(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_users(args: argparse.Namespace, settings: Settings) -> int:
+    from memory_pipelines.db import inventory as inventory_db
     from memory_pipelines.db.connection import get_pool
-    from memory_pipelines.db.queries import query
 
     with get_pool(_connect_url(settings)).connection() as conn:
-        rows = conn.execute(query("stored_users")).fetchall()
+        rows = inventory_db.stored_users(conn)
     print(f"{len(rows)} user(s)")
     if rows:
         print(f"  {'user':<24} {'sessions':>8} {'messages':>9} {'facts':>6} {'entries':>7} {'chunks':>6} "
@@ -92,12 +92,12 @@ def cmd_users(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
+    from memory_pipelines.db import inventory as inventory_db
     from memory_pipelines.db.connection import get_pool
-    from memory_pipelines.db.queries import query
 
     with get_pool(_connect_url(settings)).connection() as conn:
         _require_user(conn, args.user)
-        rows = conn.execute(query("user_sessions"), {"user_id": args.user}).fetchall()
+        rows = inventory_db.user_sessions(conn, args.user)
     forks = sum(r[8] is not None for r in rows)
     subagents = sum(r[10] is not None for r in rows)
     print(f"{len(rows)} session(s) of {args.user}" + (f", {forks} of them forks" if forks else "")

@@ -126,7 +126,6 @@ def _print_tree(title: str, nodes, depth: int | None) -> None:
 def cmd_tree_show(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.db import tree as tree_db
     from memory_pipelines.db.connection import get_pool
-    from memory_pipelines.db.queries import query
 
     from memory_pipelines.core.temporal_tree import entity_tree_key
 
@@ -137,7 +136,7 @@ def cmd_tree_show(args: argparse.Namespace, settings: Settings) -> int:
         if args.entity is not None:
             nodes = tree_db.tree_nodes(conn, args.user, "entity", entity_tree_key(args.user, args.entity))
             if not nodes:
-                known = [r[0] for r in conn.execute(query("user_entity_trees"), {"user_ids": [args.user]})]
+                known = tree_db.user_entity_trees(conn, [args.user])
                 names = ", ".join(k.removeprefix(f"{args.user}:") for k in sorted(known)[:10]) or "none yet"
                 raise CliError(f"no entity tree of {args.entity!r} for {args.user}: entities with a tree: {names}")
             leaves = sum(n.level == 0 for n in nodes)
@@ -149,7 +148,7 @@ def cmd_tree_show(args: argparse.Namespace, settings: Settings) -> int:
             sessions = [args.session]
             scene = None
         else:
-            sessions = [r[0] for r in conn.execute(query("user_session_trees"), {"user_id": args.user})]
+            sessions = tree_db.user_session_trees(conn, args.user)
             scene = tree_db.tree_nodes(conn, args.user, "scene", args.user)
         trees = {s: tree_db.tree_nodes(conn, args.user, "session", s) for s in sessions}
     if not any(trees.values()) and not scene:

@@ -15,15 +15,15 @@ from memory_pipelines.interrupts import STOP_SIGNALS, Interrupted
 
 def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
     from memory_pipelines.api.keys import create_key, list_keys, revoke_key
+    from memory_pipelines.db import inventory as inventory_db
     from memory_pipelines.db.connection import get_pool
-    from memory_pipelines.db.queries import query
 
     pool = get_pool(_connect_url(settings))
     with pool.connection() as conn, conn.transaction():
         if args.action == "create":
             if args.admin == (args.user is not None):
                 raise UsageError("name the key's user (--user U), or make an admin key (--admin): one of the two")
-            if args.user is not None and not conn.execute(query("user_known"), {"user_id": args.user}).fetchone()[0]:
+            if args.user is not None and not inventory_db.user_known(conn, args.user):
                 print(f"memory-pipelines: warning: nothing is stored for user {args.user!r} yet; the key may write "
                       "their first memory", file=sys.stderr)
             key, secret = create_key(conn, args.user, admin=args.admin, name=args.name)

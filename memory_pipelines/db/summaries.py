@@ -236,3 +236,14 @@ def current_summary(conn: psycopg.Connection, session_id: str) -> Summary | None
         row = conn.execute(query("fork_seed_states"), {"session_ids": [session_id]}).fetchone()
         return Summary.from_json(row[2]) if row else None
     return Summary.from_json(row[0])
+
+
+def model_usage_by_purpose(conn: psycopg.Connection) -> list[tuple[str, int, int, int, int, int]]:
+    """Calls that went to a model, per purpose: (purpose, calls, input tokens, output tokens,
+    schema retries, failures), by purpose."""
+    return conn.execute(query("model_usage_by_purpose")).fetchall()
+
+
+def summarized_session_days(conn: psycopg.Connection) -> int:
+    """The (session, day) pairs a chunk summary version was written for."""
+    return conn.execute(query("summarized_session_days")).fetchone()[0]

@@ -172,3 +172,16 @@ def save_transcript_objects(conn: psycopg.Connection, location: str, rows: Seque
 
 def delete_transcript_objects(conn: psycopg.Connection, location: str, names: Sequence[str]) -> None:
     conn.execute(query("delete_transcript_objects"), {"location": location, "names": list(names)})
+
+
+def source_table_columns(conn: psycopg.Connection, table: str) -> dict[str, str]:
+    """The columns of an agent's own message table or view (its name as SQL writes it): column -> type."""
+    return dict(conn.execute(query("source_table_columns"), {"table": table}).fetchall())
+
+
+def source_table_statement(name: str, table: sql.Identifier, ts: str, session: str, seq: str,
+                           watermark: str) -> sql.Composed:
+    """One of a source table's named statements (`source_table_*`), its table and columns filled in."""
+    return sql.SQL(query(name)).format(
+        table=table, ts=sql.Identifier(ts), session=sql.Identifier(session), seq=sql.Identifier(seq),
+        watermark=sql.Identifier(watermark))

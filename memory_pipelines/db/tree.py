@@ -13,6 +13,7 @@ from memory_pipelines.core.chunk_packing import Chunk
 from memory_pipelines.core.temporal_tree import EntityItem, Span, TreeNode
 from memory_pipelines.db.queries import query
 from memory_pipelines.records import shallow_fields
+from memory_pipelines.shards import Shard
 
 
 def sessions_chunk_leaves(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, list[Chunk]]:
@@ -90,3 +91,29 @@ def store_tree(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str
         "tree_kind": tree_kind, "tree_keys": list(tree_keys), "kept_trees": [n.tree_key for n in nodes],
         "kept_nodes": [n.node_key for n in nodes]}).rowcount
     return written, removed
+
+
+def sessions_to_grow(conn: psycopg.Connection, first: str, last: str, shard: Shard) -> list[str]:
+    """The shard's sessions whose trees to build again for the days first..last."""
+    return [r[0] for r in conn.execute(query("sessions_to_grow"), {"first": first, "last": last, **shard.params})]
+
+
+def users_without_scene_tree(conn: psycopg.Connection, shard: Shard) -> list[str]:
+    """The shard's users with session trees and no scene tree."""
+    return [r[0] for r in conn.execute(query("users_without_scene_tree"), shard.params)]
+
+
+def users_with_entities_to_grow(conn: psycopg.Connection, first: str, last: str, shard: Shard) -> list[str]:
+    """The shard's users whose entity trees to build again for the days first..last."""
+    return [r[0] for r in conn.execute(query("users_with_entities_to_grow"),
+                                       {"first": first, "last": last, **shard.params})]
+
+
+def user_entity_trees(conn: psycopg.Connection, user_ids: Sequence[str]) -> list[str]:
+    """The keys of the users' stored entity trees."""
+    return [r[0] for r in conn.execute(query("user_entity_trees"), {"user_ids": user_ids})]
+
+
+def user_session_trees(conn: psycopg.Connection, user_id: str) -> list[str]:
+    """The keys of the user's session trees, by start."""
+    return [r[0] for r in conn.execute(query("user_session_trees"), {"user_id": user_id})]

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 import psycopg
+from psycopg.rows import dict_row
 
+from memory_pipelines.core.turn_index import Citation, TurnCandidate
 from memory_pipelines.db.queries import query
 from memory_pipelines.db.rows import grouped
 from memory_pipelines.records import TurnRow
+from memory_pipelines.shards import Shard
 
 
 def sessions_search_keys(conn: psycopg.Connection, session_ids: Sequence[str]) -> dict[str, list[str]]:
@@ -49,3 +53,37 @@ def refresh_turn_stats(conn: psycopg.Connection, user_ids: Sequence[str]) -> Non
     if user_ids:
         conn.execute(query("delete_turn_stats"), {"user_ids": list(user_ids)})
         conn.execute(query("insert_turn_stats"), {"user_ids": list(user_ids)})
+
+
+def sessions_to_index(conn: psycopg.Connection, start: datetime, end: datetime, first: str, last: str,
+                      shard: Shard) -> list[str]:
+    """The shard's sessions to index again for the days first..last ([start, end))."""
+    return [r[0] for r in conn.execute(query("sessions_to_index"), {
+        "start": start, "end": end, "first": first, "last": last, **shard.params})]
+
+
+def turn_windows(conn: psycopg.Connection, session_ids: Sequence[str], los: Sequence[int], his: Sequence[int],
+                 scope: dict) -> list[dict]:
+    """The turns of passages, as dicts: per session, the positions from lo to hi, in the search's scope."""
+    return conn.cursor(row_factory=dict_row).execute(query("turn_windows"), {
+        "session_ids": session_ids, "los": los, "his": his, **scope}).fetchall()
+
+
+def newest_turn(conn: psycopg.Connection, scope: dict) -> datetime | None:
+    """The newest turn time of the scope's user (every user's with all_users); None: no turns."""
+    return conn.execute(query("newest_turn"), scope).fetchone()[0]
+
+
+def turn_decay_candidates(conn: psycopg.Connection, user_id: str,
+                          session_id: str | None) -> tuple[list[TurnCandidate], list[Citation]]:
+    """The user's turns (or one session's) and what cites them, for decay-scored retrieval."""
+    scope = {"user_id": user_id, "session_id": session_id}
+    with conn.cursor(row_factory=dict_row) as cur:
+        turns = [TurnCandidate(**row) for row in cur.execute(query("turn_decay_candidates"), scope).fetchall()]
+        citations = [Citation(**row) for row in cur.execute(query("turn_citations"), scope).fetchall()]
+    return turns, citations
+
+
+def count_turn_access(conn: psycopg.Connection, ids: Sequence[int]) -> None:
+    """These turns were served: each counts an access."""
+    conn.execute(query("count_turn_access"), {"ids": ids})

@@ -24,8 +24,8 @@ from memory_pipelines.llm.prompts import (
     SYNTHESIZE_KNOWLEDGE, Prompt, distill_schema, judging_schema, numbers_schema,
 )
 from memory_pipelines.records import Distillation, Message, NoiseVerdict, Segment, Summary, SummaryFormatError
-from memory_pipelines.rules import facts as rules_facts
-from memory_pipelines.rules import knowledge as rules_knowledge
+from memory_pipelines.rules import extraction as rules_extraction
+from memory_pipelines.rules import synthesis as rules_synthesis
 from memory_pipelines.rules import noise as rules_noise
 from memory_pipelines.rules import summary as rules_summary
 
@@ -238,17 +238,17 @@ class RulesBackend(ModelBackend):
 
         def distillation() -> Distillation:
             summary = rules_summary.summarize(previous, messages, language)
-            knowledge = rules_knowledge.synthesize(messages, summary)
-            return Distillation(summary, rules_facts.extract_facts(messages), knowledge["entries"],
+            knowledge = rules_synthesis.synthesize(messages, summary)
+            return Distillation(summary, rules_extraction.extract_facts(messages), knowledge["entries"],
                                 knowledge["relations"])
 
         return self._run(DISTILL, text, distillation)
 
     def summarize_facts(self, facts):
-        return self._run(SUMMARIZE_FACTS, json.dumps(facts), lambda: rules_facts.summarize_facts(facts))
+        return self._run(SUMMARIZE_FACTS, json.dumps(facts), lambda: rules_extraction.summarize_facts(facts))
 
     def synthesize_knowledge(self, messages, transcript, summary):
-        return self._run(SYNTHESIZE_KNOWLEDGE, transcript, lambda: rules_knowledge.synthesize(messages, summary))
+        return self._run(SYNTHESIZE_KNOWLEDGE, transcript, lambda: rules_synthesis.synthesize(messages, summary))
 
 
 class PromptedBackend(ModelBackend):

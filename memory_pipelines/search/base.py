@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import psycopg
-from psycopg.rows import dict_row
 
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import search as search_db
 from memory_pipelines.db.vectors import register_vector_types
 from memory_pipelines.embed import Embedder, EmbeddingError
 from memory_pipelines.search.hits import MemoryHit
@@ -66,8 +65,7 @@ class SearchBase:
         """Whether the user's stored vectors are the configured embedder's; if not, say so
         once and search by text (vectors of two models are not comparable)."""
         if user_id not in self._vectors_usable:
-            other = tuple(r[0] for r in self.conn.execute(query("other_embedding_models"), {
-                **self._scope(user_id), "model": self.embedder.model_id}))
+            other = search_db.other_embedding_models(self.conn, self._scope(user_id), self.embedder.model_id)
             if other:
                 mismatch = EmbedderMismatch(self.embedder.model_id, other)
                 self.warnings.append(mismatch)
@@ -89,16 +87,12 @@ class SearchBase:
         return vector
 
     def _rows(self, name: str, params: dict) -> list[dict]:
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(query(name), params).fetchall()
+        return search_db.search_rows(self.conn, name, params)
 
     def _fetch(self, statements: Sequence[tuple[str, dict]]) -> list[list[dict]]:
         """Statements sent together in one pipeline: one round trip instead of one each,
         which on a busy server costs more than these small queries themselves."""
-        with self.conn.pipeline():
-            cursors = [self.conn.cursor(row_factory=dict_row).execute(query(name), params)
-                       for name, params in statements]
-        return [cur.fetchall() for cur in cursors]
+        return search_db.pipelined_rows(self.conn, statements)
 
     def _resolve(self, *plans: Plan) -> list[list[MemoryHit]]:
         """The plans' statements in one round trip, then each plan's rows made into hits."""

@@ -6,13 +6,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import psycopg
-from psycopg.rows import dict_row
 
 from memory_pipelines.config import DecaySettings
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import turns as turns_db
 from memory_pipelines.core.knowledge_entries import DECAY_FORMULA
 from memory_pipelines.lifecycle import user_clocks
-from memory_pipelines.core.turn_index import Citation, ScoredTurn, TurnCandidate, score_turns
+from memory_pipelines.core.turn_index import ScoredTurn, score_turns
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,8 @@ def get_turns_by_score(conn: psycopg.Connection, user_id: str, session_id: str |
     returned count an access."""
     if as_of is None:
         as_of = user_clocks(conn, [user_id], datetime.now(UTC)).get(user_id)
-    scope = {"user_id": user_id, "session_id": session_id}
-    with conn.cursor(row_factory=dict_row) as cur:
-        turns = [TurnCandidate(**row) for row in cur.execute(query("turn_decay_candidates"), scope).fetchall()]
-        citations = [Citation(**row) for row in cur.execute(query("turn_citations"), scope).fetchall()]
+    turns, citations = turns_db.turn_decay_candidates(conn, user_id, session_id)
     kept = score_turns(turns, citations, as_of, rules.base_rate, k) if as_of is not None else []
     if kept:
-        conn.execute(query("count_turn_access"), {"ids": [s.turn.id for s in kept]})
+        turns_db.count_turn_access(conn, [s.turn.id for s in kept])
     return TurnScores(user_id, session_id, as_of, rules.base_rate, len(turns), tuple(kept))

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import psycopg
 
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import search as search_db
 from memory_pipelines.search.base import AccessDenied, Plan, SearchBase
 from memory_pipelines.search.hits import MemoryHit
 from memory_pipelines.search.terms import _patterns, _terms_hit, query_terms
@@ -36,10 +36,10 @@ def write_sketch(conn: psycopg.Connection, user_id: str, session_id: str, sectio
     """Write a working note through the query module (as the scratchpad tool does)."""
     if scope not in ("session", "user"):
         raise ValueError("scope must be 'session' or 'user'")
-    owner = conn.execute(query("session_owner"), {"session_id": session_id}).fetchone()
-    if owner is not None and owner[0] != user_id:
+    owner = search_db.session_owner(conn, session_id)
+    if owner is not None and owner != user_id:
         raise AccessDenied(f"session {session_id} belongs to another user")
-    conn.execute(query("upsert_sketch"), {
+    search_db.upsert_sketch(conn, {
         "user_id": user_id, "scope": scope, "session_id": session_id, "scope_key": session_id if scope == "session"
         else "", "section": section, "key": key, "value": value, "updated_at": at or datetime.now().astimezone(),
         "source": "api", "source_seq": None, "partition_key": None, "run_id": run_id})

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import search as search_db
+from memory_pipelines.db import turns as turns_db
 from memory_pipelines.core.fact_extraction import canonical_key
 from memory_pipelines.core.knowledge_entries import Triple
 from memory_pipelines.passages import Budget, fill_passages
@@ -141,21 +142,15 @@ class UnifiedMemorySearch(MemorySearch):
         if time_range(text, now or datetime.now().astimezone()) is None:
             return None  # it names none: no need to ask when the user last spoke
         if now is None:
-            now = self.conn.execute(query("newest_turn"), self._scope(user_id)).fetchone()[0]
+            now = turns_db.newest_turn(self.conn, self._scope(user_id))
         return time_range(text, now) if now is not None else None
 
     def _count_access(self, hits: Sequence[MemoryHit]) -> None:
         """Every hit counts as an access, and every turn of a served passage: decay gives
         often-used memories a boost."""
-        statements = [(name, {"ids": ids}) for source, name in (("fact", "count_fact_access"),
-                                                                   ("knowledge", "count_knowledge_access"))
-                      if (ids := [h.id for h in hits if h.source_type == source])]
-        if turn_ids := [t.id for h in hits if h.source_type == "raw" for t in h.turns]:
-            statements.append(("count_turn_access", {"ids": turn_ids}))
-        if statements:
-            with self.conn.pipeline():  # one round trip
-                for name, params in statements:
-                    self.conn.execute(query(name), params)
+        search_db.count_access(self.conn, [h.id for h in hits if h.source_type == "fact"],
+                               [h.id for h in hits if h.source_type == "knowledge"],
+                               [t.id for h in hits if h.source_type == "raw" for t in h.turns])
 
     def mark_freshness(self, raw: list[MemoryHit], user_id: str | None, current_session_id: str | None = None,
                        summary_at: datetime | None = None) -> list[MemoryHit]:

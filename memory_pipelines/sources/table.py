@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 
 from memory_pipelines.config import mask_url
+from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.db.queries import query
 from memory_pipelines.formats import CANONICAL_FIELDS, RawRecord
 from memory_pipelines.records import QuarantinedRecord, TimeWindow, TranscriptScan
@@ -76,8 +77,7 @@ class TableSource:
         """canonical field → column, checked against the table once per source."""
         if self._columns is not None:
             return self._columns
-        types = dict(conn.execute(query("source_table_columns"),
-                                  {"table": self._table.as_string(conn)}).fetchall())
+        types = transcripts_db.source_table_columns(conn, self._table.as_string(conn))
         if not types:
             raise TranscriptSourceError(f"no table or view {self.table!r} in {self.location} (name it with ?table=)")
         given = self._settings.columns
@@ -108,10 +108,8 @@ class TableSource:
         return mapping
 
     def _sql(self, name: str, mapping: dict[str, str]) -> sql.Composed:
-        return sql.SQL(query(name)).format(
-            table=self._table, ts=sql.Identifier(mapping["ts"]),
-            session=sql.Identifier(mapping["session_id"]), seq=sql.Identifier(mapping["seq"]),
-            watermark=sql.Identifier(self._watermark or mapping["ts"]))
+        return transcripts_db.source_table_statement(name, self._table, mapping["ts"], mapping["session_id"],
+                                                     mapping["seq"], self._watermark or mapping["ts"])
 
     def _record(self, row: dict, mapping: dict[str, str], ordinal: int) -> SourcedRecords:
         """One row as a canonical record: mapped columns by their canonical names, the others

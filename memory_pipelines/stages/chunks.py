@@ -12,7 +12,7 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines.core.chunk_packing import PACKER_VERSION, chunk_breadcrumbs, pack_chunks
 from memory_pipelines.config import SPECS
 from memory_pipelines.db import facts_chunks as facts_chunks_db
-from memory_pipelines.db import knowledge as knowledge_db
+from memory_pipelines.db import entries as entries_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.records import TimeWindow, shallow_fields
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
@@ -53,7 +53,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
                 chunks = pack_chunks(pending.get(state.session_id, []), state.eligible, stale)
                 if chunks:
                     packed[state.session_id] = chunks
-            summaries = knowledge_db.summaries_as_of_sessions(conn, list(packed), key)
+            summaries = entries_db.summaries_as_of_sessions(conn, list(packed), key)
             rows = []
             for session_id, chunks in packed.items():
                 version, summary = summaries.get(session_id, (None, None))

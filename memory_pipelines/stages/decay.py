@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.config import DecaySettings
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import lifecycle as lifecycle_db
 from memory_pipelines.lifecycle import judge_decay, move_to_archive
 from memory_pipelines.shards import ALL_USERS, Shard
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
@@ -53,7 +52,7 @@ def decay_as_of(conn: psycopg.Connection, window_end: datetime, shard: Shard = A
     reproduces it and a shard never waits on another; None when nothing was ingested yet.
     Each user's memory is judged by that user's own clock (`lifecycle.user_clocks`); this one serves
     rows of no user and tells whether anything happened since."""
-    return conn.execute(query("newest_message_before"), {"before": window_end, **shard.params}).fetchone()[0]
+    return lifecycle_db.newest_message_before(conn, window_end, shard)
 
 
 def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id: str,
@@ -75,10 +74,8 @@ def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id:
                 moving.append({"id": v.candidate.id, "key": v.candidate.key, "reason": v.reason,
                                "score": round(v.score, 6), "as_of": v.as_of.isoformat()})
         move_to_archive(conn, table, moving, partition_key, run_id)
-    with conn.cursor(row_factory=dict_row) as cur:
-        expired = [{"id": r["id"], "key": r["key"], "reason": "ttl", "score": None, "as_of": r["as_of"].isoformat()}
-                   for r in cur.execute(query("expired_errors"), {"as_of": as_of, "run_id": run_id,
-                                                                  **shard.params}).fetchall()]
+    expired = [{"id": r["id"], "key": r["key"], "reason": "ttl", "score": None, "as_of": r["as_of"].isoformat()}
+               for r in lifecycle_db.expired_errors(conn, as_of, run_id, shard)]
     move_to_archive(conn, "error_memory", expired, partition_key, run_id)
     report.archived["error_memory:ttl"] += len(expired)
     return report

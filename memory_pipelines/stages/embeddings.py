@@ -10,11 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import psycopg
-from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import search as search_db
 from memory_pipelines.stages.common import Backends, Counts, StageReport, Window
 
 ASSET = "memory_embeddings"
@@ -50,19 +48,9 @@ COUNTED_AS = {"memory_facts": "facts", "memory_chunks": "chunks", "knowledge_ent
               "memory_turns": "turns"}
 
 
-def _store(conn: psycopg.Connection, table: str, ids: list[int], vectors: np.ndarray, model_id: str) -> None:
-    conn.execute(query("create_embedding_load"))
-    with conn.cursor().copy(query("copy_embedding_load")) as copy:
-        copy.set_types(["int8", "halfvec"])
-        for row_id, vector in zip(ids, vectors.astype(np.float16)):  # unit vectors: within halfvec range
-            copy.write_row((row_id, vector))
-    conn.execute(query("analyze_embedding_load"))
-    conn.execute(sql.SQL(query("apply_embedding_load")).format(table=sql.Identifier(table)), {"model": model_id})
-
-
 def _store_page(pool: ConnectionPool, table: str, ids: list[int], vectors: np.ndarray, model_id: str) -> None:
     with pool.connection() as conn, conn.transaction():
-        _store(conn, table, ids, vectors, model_id)
+        search_db.store_embeddings(conn, table, ids, vectors, model_id)
 
 
 def run(pool: ConnectionPool, window: Window, settings: Settings,
@@ -80,8 +68,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
             after = 0
             while True:
                 with pool.connection() as conn:
-                    rows = conn.execute(query(listing), {"model": embedder.model_id, "after": after,
-                                                         "limit": settings.page_rows, **window.shard.params}).fetchall()
+                    rows = search_db.rows_needing_embedding(conn, listing, embedder.model_id, after,
+                                                            settings.page_rows, window.shard)
                 if not rows:
                     break
                 vectors = embedder.embed([text for _, text, _ in rows])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import facts_chunks as facts_chunks_db
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import entries as entries_db
 from memory_pipelines.core.knowledge_entries import ERROR_TTL, resolved_errors
 from memory_pipelines.records import shallow_fields
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
@@ -27,8 +27,7 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
     for key, day in window.days(ASSET, only=window.active_days(pool)):
         with pool.connection() as conn, conn.transaction():
             rows = []
-            session_ids = [r[0] for r in conn.execute(query("window_tool_sessions"),
-                                                      {"start": day.start, "end": day.end, **window.shard.params})]
+            session_ids = entries_db.window_tool_sessions(conn, day.start, day.end, window.shard)
             for session_id, messages in facts_chunks_db.sessions_messages(conn, session_ids, day.end).items():
                 for fix in resolved_errors(messages):
                     rows.append({**shallow_fields(fix), "user_id": messages[0].user_id, "session_id": session_id,
@@ -36,7 +35,6 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
                                  "run_id": window.run_id})
                     report.preview.append({"session": session_id, "tool": fix.tool, "error": fix.error,
                                            "fix": fix.fix})
-            with conn.cursor() as cur:
-                cur.executemany(query("upsert_error_memory"), rows)
+            entries_db.upsert_error_memory(conn, rows)
             report.counts.resolved_errors += len(rows)
     return report

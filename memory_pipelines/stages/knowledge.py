@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.db import knowledge as knowledge_db
+from memory_pipelines.db import entries as entries_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.core.knowledge_entries import EntryCandidate, RelationCandidate, prepare
 from memory_pipelines.stages.common import (
@@ -57,7 +57,7 @@ def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[summaries
     ids = [session_id for session_id, _ in batch]
     with pool.connection() as conn, conn.transaction():
         summaries_db.lock_sessions(conn, ids)
-        stored = knowledge_db.knowledge_source_fingerprints(conn, ids, key)
+        stored = entries_db.knowledge_source_fingerprints(conn, ids, key)
         pending = []
         for session_id, chunks in batch:
             fingerprint = synthesis_fingerprint(chunks, settings)
@@ -93,9 +93,9 @@ def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[summaries
                                        "importance": e.importance, "pii": ",".join(e.pii_kinds)} for e in found)
             sources.append({"session_id": session_id, "partition_key": key, "fingerprint": fingerprint,
                             "entries": found_count, "run_id": ctx.run_id})
-        counts.entry_writes += knowledge_db.forge_knowledge(conn, entries)
-        knowledge_db.forge_relations(conn, relations)
-        knowledge_db.record_knowledge_sources(conn, sources)
+        counts.entry_writes += entries_db.forge_knowledge(conn, entries)
+        entries_db.forge_relations(conn, relations)
+        entries_db.record_knowledge_sources(conn, sources)
     return report
 
 

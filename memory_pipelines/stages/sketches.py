@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from psycopg_pool import ConnectionPool
 
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import search as search_db
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
 
 ASSET = "sketches"
@@ -28,8 +28,8 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
     for key, day in window.days(ASSET, only=window.active_days(pool)):
         with pool.connection() as conn, conn.transaction():
             rows = []
-            for session_id, seq, user_id, ts, args in conn.execute(
-                    query("scratchpad_writes"), {"start": day.start, "end": day.end, **window.shard.params}).fetchall():
+            for session_id, seq, user_id, ts, args in search_db.scratchpad_writes(conn, day.start, day.end,
+                                                                                   window.shard):
                 args = args or {}
                 if args.get("action", "set") not in WRITE_ACTIONS or not args.get("key"):
                     report.counts.scratchpad_reads_skipped += 1
@@ -43,7 +43,6 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
                     "partition_key": key, "run_id": window.run_id})
                 report.preview.append({"session": session_id, "section": args.get("section"), "key": args["key"],
                                        "value": args.get("value"), "scope": scope})
-            with conn.cursor() as cur:
-                cur.executemany(query("upsert_sketch"), rows)
+            search_db.upsert_sketches(conn, rows)
             report.counts.sketch_writes += len(rows)
     return report

@@ -18,7 +18,6 @@ from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.db import tree as tree_db
-from memory_pipelines.db.queries import query
 from memory_pipelines.llm.backends import ModelError, PromptedBackend
 from memory_pipelines.llm.prompts import SUMMARIZE_NODE
 from memory_pipelines.stages.common import (
@@ -57,8 +56,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
     report = StageReport(TreeCounts(), calls_models=writer is not None)
     counts = report.counts
     with pool.connection() as conn:
-        sessions = [r[0] for r in conn.execute(query("sessions_to_grow"), {
-            "first": window.first, "last": window.last, **window.shard.params})]
+        sessions = tree_db.sessions_to_grow(conn, window.first, window.last, window.shard)
     for batch in session_batches(sessions):
         with pool.connection() as conn, conn.transaction():
             summaries_db.lock_sessions(conn, batch)
@@ -73,8 +71,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
         report.sessions.update(batch)
         report.users.update(n.user_id for n in nodes)
     with pool.connection() as conn, conn.transaction():
-        users = sorted(report.users | {r[0] for r in conn.execute(query("users_without_scene_tree"),
-                                                                     window.shard.params)})
+        users = sorted(report.users | set(tree_db.users_without_scene_tree(conn, window.shard)))
         roots = tree_db.users_session_roots(conn, users)
         scenes = _summarized(conn, "scene", users, [
             n for user_id in users for n in build_scene_tree(user_id, roots.get(user_id, []))],
@@ -85,13 +82,11 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
     counts.scene_trees = len({n.tree_key for n in scenes})
     report.users.update(users)
     with pool.connection() as conn, conn.transaction():
-        owners = [r[0] for r in conn.execute(query("users_with_entities_to_grow"),
-                                             {"first": window.first, "last": window.last, **window.shard.params})]
+        owners = tree_db.users_with_entities_to_grow(conn, window.first, window.last, window.shard)
         items = tree_db.users_entity_items(conn, owners)
         built = [n for (user_id, entity), about in items.items() for n in build_entity_tree(user_id, entity, about)]
         # every entity tree of these users: one whose entity left the graph goes
-        keys = sorted({*(r[0] for r in conn.execute(query("user_entity_trees"), {"user_ids": owners})),
-                       *(n.tree_key for n in built)})
+        keys = sorted({*tree_db.user_entity_trees(conn, owners), *(n.tree_key for n in built)})
         entities = _summarized(conn, "entity", keys, built, writer, ctx, window.last, report)
         written, removed = tree_db.store_tree(conn, "entity", keys, entities, window.run_id)
     counts.nodes_written += written

@@ -14,7 +14,6 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.db import turns as turns_db
-from memory_pipelines.db.queries import query
 from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window, session_batches
 from memory_pipelines.core.turn_index import build_turns
 
@@ -34,9 +33,8 @@ def run(pool: ConnectionPool, window: Window, settings: None = None,
     report = StageReport(TurnCounts())
     counts = report.counts
     with pool.connection() as conn:
-        sessions = [r[0] for r in conn.execute(query("sessions_to_index"), {
-            "start": window.span.start, "end": window.span.end, "first": window.first, "last": window.last,
-            **window.shard.params})]
+        sessions = turns_db.sessions_to_index(conn, window.span.start, window.span.end, window.first, window.last,
+                                              window.shard)
     for batch in session_batches(sessions):
         with pool.connection() as conn, conn.transaction():
             summaries_db.lock_sessions(conn, batch)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from memory_pipelines.db import facts_chunks as facts_chunks_db
-from memory_pipelines.db import knowledge as knowledge_db
+from memory_pipelines.db import entries as entries_db
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.core.fact_extraction import FactCandidate, canonical_key
 from memory_pipelines.core.knowledge_entries import EntryCandidate, entry_key, importance
@@ -54,11 +54,11 @@ def test_a_batch_written_at_once_equals_the_entries_written_one_by_one(make_data
     at_once, one_by_one = make_database(), make_database()
     batch = _batch()
     with get_pool(at_once).connection() as conn, conn.transaction():
-        written_at_once = knowledge_db.forge_knowledge(conn, batch)
+        written_at_once = entries_db.forge_knowledge(conn, batch)
     written_one_by_one = 0
     for item in batch:
         with get_pool(one_by_one).connection() as conn, conn.transaction():
-            written_one_by_one += knowledge_db.forge_knowledge(conn, [item])
+            written_one_by_one += entries_db.forge_knowledge(conn, [item])
 
     entries, versions = _tables(at_once)
     assert (entries, versions) == _tables(one_by_one)

@@ -11,7 +11,7 @@ from memory_pipelines.core.chunk_packing import CHUNK_MAX_CHARS, Chunk, chunk_br
 from memory_pipelines.core.fact_extraction import canonical_key, normalize_key, render_fact, validate_items
 from memory_pipelines.llm.rendering import render_chunk
 from memory_pipelines.records import Message
-from memory_pipelines.rules.facts import extract_facts
+from memory_pipelines.rules.extraction import extract_facts
 from memory_pipelines.core.summary_fold import rendered_length
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)

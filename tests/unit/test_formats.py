@@ -562,7 +562,7 @@ def test_results_of_parallel_tool_calls_find_their_own_arguments():
     from datetime import UTC, datetime
 
     from memory_pipelines.records import Message
-    from memory_pipelines.rules.facts import extract_facts
+    from memory_pipelines.rules.extraction import extract_facts
 
     calls = [{"id": f"call_{n}", "type": "function", "function": {"name": "read_file", "arguments": json.dumps(
         {"path": path})}} for n, path in ((1, "notes/todo.md"), (2, "deploy/app.yaml"))]

@@ -15,8 +15,8 @@ from memory_pipelines.llm.rendering import render_chunk
 from memory_pipelines.llm.instant_server import Request, default_answer
 from memory_pipelines.llm.prompts import DISTILL, SUMMARIZE, SYNTHESIZE_KNOWLEDGE
 from memory_pipelines.records import Message, Summary
-from memory_pipelines.rules import knowledge as rules_knowledge
-from memory_pipelines.rules.facts import extract_facts
+from memory_pipelines.rules import synthesis as rules_synthesis
+from memory_pipelines.rules.extraction import extract_facts
 from memory_pipelines.rules.summary import decision_prefix, overturned_entries, summarize
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
@@ -89,9 +89,9 @@ def test_a_previous_decision_a_brief_repeats_is_not_cited_to_the_brief():
     """knowledge from a summary (whoever wrote it): a decision cites the person's turn, and
     one only a brief of the chunk says is no instruction."""
     summary = Summary(key_decisions=("Don't: Do NOT push to main; never mutate anything.",))
-    brief_only = rules_knowledge.synthesize(chunk(speaker="agent"), summary)
+    brief_only = rules_synthesis.synthesize(chunk(speaker="agent"), summary)
     assert [e for e in brief_only["entries"] if e["kind"] == "instruction"] == []
-    said = rules_knowledge.synthesize(chunk(), summary)
+    said = rules_synthesis.synthesize(chunk(), summary)
     assert [e["seq"] for e in said["entries"] if e["kind"] == "instruction"] == [1]
 
 

@@ -15,11 +15,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import psycopg
 from memory_pipelines.db.vectors import register_vector_types
-from psycopg import sql
 
 from memory_pipelines.bench.database import reused_or_built
 from memory_pipelines.bench.search.generate import WordModel, bulk_embedder
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import bench as bench_db
+from memory_pipelines.db import search as search_db
 from memory_pipelines.embed import Embedder
 
 DATABASE_PREFIX = "memory_bench_search"
@@ -133,11 +133,8 @@ def _load_chunks(conn: psycopg.Connection, config: SearchBenchConfig, model: Wor
                  progress: Callable[[str], None]) -> None:
     loaded = 0
     for number, rows in enumerate(_prefetched(_chunk_batches(config, model, embed, model_id)), start=1):
-        with conn.transaction(), conn.cursor().copy(query("bench_copy_chunks")) as copy:
-            copy.set_types(["text", "text", "int8", "int8", "timestamptz", "timestamptz", "text", "text", "text[]",
-                            "int4", "text", "text", "text", "text", "halfvec", "text"])
-            for row in rows:
-                copy.write_row(row)
+        with conn.transaction():
+            bench_db.copy_chunks(conn, rows)
         loaded += len(rows)
         if number % 20 == 0 or loaded == config.chunks:
             progress(f"chunks: {loaded:,} / {config.chunks:,}")
@@ -161,13 +158,12 @@ def _load_facts(conn: psycopg.Connection, config: SearchBenchConfig, model: Word
             seen = START + step * (start + i)
             rows.append((user, category, key, value, seen, int(rng.integers(50, 101))))
         vectors = embed([f"[{c}] {k.replace('_', ' ')}: {v}" for _, c, k, v, _, _ in rows])
-        with conn.transaction(), conn.cursor().copy(query("bench_copy_facts")) as copy:
-            copy.set_types(["text", "text", "text", "text", "text", "text", "int2", "timestamptz", "text", "int8",
-                            "int8", "text", "text", "text", "text", "halfvec", "text"])
-            for (user, category, key, value, seen, confidence), vector in zip(rows, vectors):
-                copy.write_row((f"bench-user-{user + 1:05d}", category, key, key, value, "conversation",
-                                confidence, seen, f"bench-{user + 1:05d}-00001", 1, 2,
-                                seen.date().isoformat(), "bench", "bench", "bench", vector, model_id))
+        fact_rows = ((f"bench-user-{user + 1:05d}", category, key, key, value, "conversation", confidence, seen,
+                      f"bench-{user + 1:05d}-00001", 1, 2, seen.date().isoformat(), "bench", "bench", "bench", vector,
+                      model_id)
+                     for (user, category, key, value, seen, confidence), vector in zip(rows, vectors))
+        with conn.transaction():
+            bench_db.copy_facts(conn, fact_rows)
     progress(f"facts: {config.facts:,}")
 
 
@@ -199,16 +195,11 @@ def _load_turns(conn: psycopg.Connection, config: SearchBenchConfig, model: Word
     loaded = 0
     for number, rows in enumerate(_prefetched(_turn_batches(config, model, embed, model_id)), start=1):
         with conn.transaction():
-            conn.execute(query("bench_create_turn_load"))
-            with conn.cursor().copy(query("bench_copy_turn_load")) as copy:
-                copy.set_types(["text", "int8", "text", "int4", "text", "timestamptz", "text", "halfvec", "text"])
-                for row in rows:
-                    copy.write_row(row)
-            conn.execute(query("bench_insert_turns"))
+            bench_db.insert_turns(conn, rows)
         loaded += len(rows)
         if number % 40 == 0 or loaded == config.turns:
             progress(f"turns: {loaded:,} / {config.turns:,}")
-    conn.execute(query("bench_turn_stats"))
+    bench_db.insert_turn_stats(conn)
 
 
 def build(url: str, config: SearchBenchConfig, embedder: Embedder,
@@ -223,9 +214,9 @@ def build(url: str, config: SearchBenchConfig, embedder: Embedder,
         conn.execute("SET synchronous_commit = off")  # an interrupted build is rebuilt anyway
         saved = {}
         for table in ("memory_chunks", "memory_facts", "memory_turns"):
-            saved[table] = conn.execute(query("bench_secondary_indexes"), {"table": table}).fetchall()
+            saved[table] = bench_db.secondary_indexes(conn, table)
             for name, _ in saved[table]:
-                conn.execute(sql.SQL(query("drop_index")).format(index=sql.Identifier(name)))
+                search_db.drop_index(conn, name)
         _load_chunks(conn, config, model, embed, embedder.model_id, progress)
         _load_facts(conn, config, model, embed, embedder.model_id, progress)
         turns_began = time.perf_counter()
@@ -238,15 +229,15 @@ def build(url: str, config: SearchBenchConfig, embedder: Embedder,
             started = time.perf_counter()
             for _, definition in indexes:
                 conn.execute(definition)
-            conn.execute(sql.SQL(query("bench_vacuum_analyze")).format(table=sql.Identifier(table)))
+            bench_db.vacuum_analyze(conn, table)
             if table == "memory_turns":
                 index_seconds = time.perf_counter() - started
         if not config.turns:
             return None
-        table_bytes, index_bytes = conn.execute(query("bench_turn_sizes")).fetchone()
+        table_bytes, index_bytes = bench_db.turn_index_bytes(conn)
         size = TurnIndexSize(table_bytes, index_bytes, round(loaded - turns_began, 1), round(index_seconds, 1))
-        conn.execute(query("bench_meta_turn_columns"))
-        conn.execute(query("bench_meta_turn_build"), {"load": size.load_seconds, "index": size.index_seconds})
+        bench_db.add_turn_build_columns(conn)
+        bench_db.record_turn_build(conn, size.load_seconds, size.index_seconds)
     return size
 
 
@@ -276,7 +267,7 @@ def _turn_size(url: str, config: SearchBenchConfig) -> TurnIndexSize | None:
     if not config.turns:
         return None
     with psycopg.connect(url) as conn:
-        conn.execute(query("bench_meta_turn_columns"))
-        table_bytes, index_bytes = conn.execute(query("bench_turn_sizes")).fetchone()
-        load, index = conn.execute(query("bench_meta_turn_build_read")).fetchone()
+        bench_db.add_turn_build_columns(conn)
+        table_bytes, index_bytes = bench_db.turn_index_bytes(conn)
+        load, index = bench_db.turn_build_seconds(conn)
     return TurnIndexSize(table_bytes, index_bytes, load or 0.0, index or 0.0)

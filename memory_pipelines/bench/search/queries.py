@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import psycopg
-from psycopg import sql
 
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import bench as bench_db
 from memory_pipelines.rules.text import content_words
 
 QUESTION_TEMPLATES = ("{w}", "what did we decide about {w}?", "how do I fix {w}", "remind me about {w}",
@@ -29,15 +28,15 @@ def draw_queries(conn: psycopg.Connection, count: int, seed: int, turns: bool = 
     rng = np.random.default_rng([seed, 5])
     from_facts = rng.random(count) < 0.25
     picked: dict[str, list] = {}
-    texts = ("memory_turns", "bench_turns_by_id") if turns else ("memory_chunks", "bench_chunks_by_id")
-    for table, name, n in ((*texts, int((~from_facts).sum())),
-                           ("memory_facts", "bench_facts_by_id", int(from_facts.sum()))):
-        low, high = conn.execute(sql.SQL(query("bench_id_range")).format(table=sql.Identifier(table))).fetchone()
+    texts = ("memory_turns", bench_db.turns_by_id) if turns else ("memory_chunks", bench_db.chunks_by_id)
+    for table, rows_by_id, n in ((*texts, int((~from_facts).sum())),
+                                 ("memory_facts", bench_db.facts_by_id, int(from_facts.sum()))):
+        low, high = bench_db.id_range(conn, table)
         if n == 0 or high == 0:
             picked[table] = []
             continue
         ids = sorted(set(rng.integers(low, high + 1, size=n * 2).tolist()))
-        rows = conn.execute(query(name), {"ids": ids}).fetchall()
+        rows = rows_by_id(conn, ids)
         order = rng.permutation(len(rows))
         picked[table] = [rows[i] for i in order[:n]]
     chunks, facts = iter(picked[texts[0]]), iter(picked["memory_facts"])

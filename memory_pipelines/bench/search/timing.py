@@ -14,7 +14,7 @@ from memory_pipelines.db.vectors import register_vector_types
 
 from memory_pipelines.bench.search.build import SearchBenchConfig, TurnIndexSize, prepare_database
 from memory_pipelines.bench.search.queries import BenchQuery, draw_queries
-from memory_pipelines.db.queries import query
+from memory_pipelines.db import bench as bench_db
 from memory_pipelines.embed import Embedder
 from memory_pipelines.passages import TurnSearch
 from memory_pipelines.search import UnifiedMemorySearch
@@ -128,10 +128,10 @@ def _recall(conn: psycopg.Connection, queries: Sequence[BenchQuery], vectors: di
     for q in queries:
         # as the server compares it: the query rounded to halfvec
         vector = np.asarray(vectors[q.text], dtype=np.float16).astype(np.float64)
-        got = [r[0] for r in conn.execute(query(vector_query), {
+        got = [r[0] for r in bench_db.named_rows(conn, vector_query, {
             "vector": vector, "model": model, "user_id": q.user_id, "all_users": False, "limit": RECALL_K,
             **scope_extra})]
-        rows = conn.execute(query(exact_query), {"user_id": q.user_id, "model": model}).fetchall()
+        rows = bench_db.named_rows(conn, exact_query, {"user_id": q.user_id, "model": model})
         if not rows:
             continue
         ids = np.array([r[0] for r in rows])

@@ -1,20 +1,21 @@
-"""Knowledge entries and relations (`sql/queries/knowledge.sql`)."""
+"""Knowledge entries, their versions and sources, error memory and the entity graph (`sql/queries/entries.sql`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from itertools import groupby
 
 import psycopg
-from psycopg import sql
-from psycopg.types.json import Jsonb
+from psycopg.rows import dict_row
 
 from memory_pipelines.core.knowledge_entries import FUNCTIONAL_RELATIONS, EntryCandidate, RelationCandidate
-from memory_pipelines.db.lifecycle import restore_archived, restore_reobserved
+from memory_pipelines.db.lifecycle import archive_rows, restore_archived, restore_reobserved
 from memory_pipelines.db.queries import query
 from memory_pipelines.db.rows import NO_CALL
 from memory_pipelines.records import Summary, shallow_fields
+from memory_pipelines.shards import Shard
 
 
 def summaries_as_of_sessions(conn: psycopg.Connection, session_ids: Sequence[str],
@@ -101,12 +102,8 @@ def _fold_into_archived_entry(conn: psycopg.Connection, archived: tuple, row: di
     archive_id, reason, score, as_of, partition_key, run_id = archived
     [(_, entry_id)] = restore_archived(conn, archive_id)
     _upsert_entries(conn, [row])
-    table = sql.Identifier("knowledge_entries")
-    conn.execute(sql.SQL(query("archive_rows")).format(table=table), {
-        "table": "knowledge_entries", "rows": Jsonb([{"id": entry_id, "key": row["entry_key"], "reason": reason,
-                                                      "score": score, "as_of": as_of.isoformat()}]),
-        "partition_key": partition_key, "run_id": run_id})
-    conn.execute(sql.SQL(query("delete_rows")).format(table=table), {"ids": [entry_id]})
+    archive_rows(conn, "knowledge_entries", [{"id": entry_id, "key": row["entry_key"], "reason": reason,
+                                              "score": score, "as_of": as_of.isoformat()}], partition_key, run_id)
 
 
 def forge_relations(conn: psycopg.Connection, relations: Sequence[tuple[RelationCandidate, dict]]) -> None:
@@ -127,3 +124,23 @@ def record_knowledge_sources(conn: psycopg.Connection, rows: Sequence[dict]) -> 
     if rows:
         with conn.cursor() as cur:
             cur.executemany(query("record_knowledge_source"), rows)
+
+
+def window_tool_sessions(conn: psycopg.Connection, start: datetime, end: datetime, shard: Shard) -> list[str]:
+    """The shard's sessions (forks left out) with a failed tool call in [start, end)."""
+    return [r[0] for r in conn.execute(query("window_tool_sessions"), {"start": start, "end": end, **shard.params})]
+
+
+def upsert_error_memory(conn: psycopg.Connection, rows: Sequence[dict]) -> None:
+    """Write these resolved tool errors in one batch."""
+    with conn.cursor() as cur:
+        cur.executemany(query("upsert_error_memory"), rows)
+
+
+def graph_relations(conn: psycopg.Connection, user_id: str, entity: str | None, relation: str | None,
+                    at: datetime | None) -> list[dict]:
+    """The user's entity-graph triples around `entity` (or all), of `relation` (or any),
+    valid at `at` (or ever), as dicts: ranked by confidence at a moment, else by creation."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("graph_relations"), {"user_id": user_id, "entity": entity, "relation": relation,
+                                                      "at": at}).fetchall()

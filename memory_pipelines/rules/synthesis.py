@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 
 from memory_pipelines.records import Message, Summary
-from memory_pipelines.rules.facts import extract_facts
+from memory_pipelines.rules.extraction import extract_facts
 from memory_pipelines.rules.text import clip, sentences
 
 KIND_BY_CATEGORY = {"identity": "user", "preferences": "user", "work": "user", "decisions": "project",
