@@ -6,7 +6,10 @@ relations from explicit statements.
   user; decisions → project; tools, environment → fact), titled by what they are about, so
   a changed value is a new version of the same entry;
 - event: incidents, outages and pages reported by the user, confidence 0.8;
-- insight: an assistant's root-cause or "the fix was" explanation, confidence 0.7.
+- insight: an assistant's root-cause or "the fix was" explanation, confidence 0.7;
+- user, tagged `self` and a topic: each clause the person said about themselves (likes,
+  plans, relations, work, places, health, habits, other; `rules.self_statements`) that no
+  fact above already holds, confidence 0.8.
 Relations: works_at, reports_to, uses, depends_on, listens_on, deployed_on, uses_database.
 What is the user's comes only from turns the person wrote (`Message.speaker` human): a
 subagent's brief or harness text stored as a user turn is context, never an instruction,
@@ -20,6 +23,7 @@ from collections.abc import Sequence
 
 from memory_pipelines.records import Message, Summary
 from memory_pipelines.rules.extraction import extract_facts
+from memory_pipelines.rules.self_statements import find_self_statements
 from memory_pipelines.rules.text import clip, sentences
 
 KIND_BY_CATEGORY = {"identity": "user", "preferences": "user", "work": "user", "decisions": "project",
@@ -49,7 +53,8 @@ def synthesize(messages: Sequence[Message], summary: Summary | None) -> dict:
             continue  # only a user turn the person did not write says it (a summary model took it up)
         entries.append({"kind": "instruction", "title": _title(said), "content": decision,
                         "tags": ["decision"], "confidence": 0.9, "seq": source})
-    for item in extract_facts(messages):
+    facts = extract_facts(messages)
+    for item in facts:
         kind = KIND_BY_CATEGORY.get(item["category"], "fact")
         subject = item["key"].replace("_", " ")
         entries.append({"kind": kind, "title": _title(subject), "content": f"{subject}: {item['value']}",
@@ -58,6 +63,11 @@ def synthesize(messages: Sequence[Message], summary: Summary | None) -> dict:
         relation = _relation(item)
         if relation:
             relations.append({**relation, "confidence": 0.9, "seq": item["seq"]})
+    for said in find_self_statements(messages):
+        if any(f["seq"] == said.seq and f["value"].casefold() in said.sentence.casefold() for f in facts):
+            continue  # the sentence's fact is an entry already ("I prefer vim as my editor": editor: vim)
+        entries.append({"kind": "user", "title": clip(said.sentence, 200), "content": said.sentence,
+                        "tags": ["self", said.topic], "confidence": 0.8, "seq": said.seq})
     for m in messages:
         if m.speaker == "human" and _EVENT.search(m.content):
             first = sentences(m.content)[0] if sentences(m.content) else m.content
