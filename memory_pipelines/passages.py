@@ -19,6 +19,7 @@ import psycopg
 from memory_pipelines.db import search as search_db
 from memory_pipelines.db import turns as turns_db
 from memory_pipelines.llm.rendering import estimate_tokens
+from memory_pipelines.rules.noise import is_chatter
 
 # BM25's parameters (the usual ones: term frequency saturation, length normalization)
 BM25_K1, BM25_B = 1.2, 0.75
@@ -31,6 +32,10 @@ RRF_K = 60
 # times still come, after (the answer may lie before that time: "where did I live in March")
 TIME_BOOST = 0.5
 BEFORE, AFTER = 2, 1  # the neighbours a best turn is widened with
+# each passage already opened in a session lowers the next one of that session by this share:
+# a second session's passage comes before a third of one session when their scores are close
+# (evidence spread over sessions; docs/benchmarks.md, spread evidence)
+SESSION_PENALTY = 0.3
 CANDIDATES = 200  # turns each signal ranks before fusion
 FUSIONS = ("score", "rrf")
 SIGNALS = ("fused", "text", "vector")
@@ -100,6 +105,7 @@ class TurnSearch:
     dense_weight: float = DENSE_WEIGHT
     before: int = BEFORE  # the turns a best turn is widened with
     after: int = AFTER
+    session_penalty: float = SESSION_PENALTY
     time_boost: float = TIME_BOOST  # a turn inside the time the question names scores this much more
 
     def __post_init__(self) -> None:
@@ -144,23 +150,35 @@ def fuse(text: dict, vector: dict, how: TurnSearch) -> dict:
             for k in set(lexical) | set(dense)}
 
 
-def _windows(ranked: Sequence[tuple[str, int]], limit: int, before: int = BEFORE,
-             after: int = AFTER) -> list[tuple[str, int, int, list[tuple[str, int]]]]:
+def _windows(ranked: Sequence[tuple[str, int]], scores: dict, limit: int, before: int = BEFORE, after: int = AFTER,
+             session_penalty: float = 0.0) -> list[tuple[str, int, int, list[tuple[str, int]]]]:
     """The best turns widened (2 before, 1 after) and merged per session where they overlap
-    or touch, in the order of their best turn, until there are `limit` passages: turns
-    ranked below the one that opened the last passage are not read."""
+    or touch, until there are `limit` passages. A turn that would open another passage of a
+    session already holding n counts `(1 - session_penalty) ** n` of its score, so the
+    passages are opened best first by that score; a turn inside or beside an open passage
+    joins it at its own score. Turns ranked below the one that opened the last passage are
+    not read."""
     passages: list[list] = []  # [session, lo, hi, [best turns]]
-    for session, pos in ranked:
-        if len(passages) == limit:
-            break
+    opened: dict[str, int] = {}
+    left = list(ranked)  # best first by their own score: a discounted one never beats a higher one
+    while left and len(passages) < limit:
+        pick, pick_score, joins = 0, -1.0, None
+        for i, (session, pos) in enumerate(left):
+            if scores[(session, pos)] <= pick_score:
+                break  # every turn after this one scores lower, discounted or not
+            lo, hi = max(0, pos - before), pos + after
+            near = next((p for p in passages if p[0] == session and lo <= p[2] + 1 and hi >= p[1] - 1), None)
+            score = scores[(session, pos)] * (1.0 if near else (1 - session_penalty) ** opened.get(session, 0))
+            if score > pick_score:
+                pick, pick_score, joins = i, score, near
+        session, pos = left.pop(pick)
         lo, hi = max(0, pos - before), pos + after
-        for p in passages:
-            if p[0] == session and lo <= p[2] + 1 and hi >= p[1] - 1:
-                p[1], p[2] = min(p[1], lo), max(p[2], hi)
-                p[3].append((session, pos))
-                break
+        if joins is not None:
+            joins[1], joins[2] = min(joins[1], lo), max(joins[2], hi)
+            joins[3].append((session, pos))
         else:
             passages.append([session, lo, hi, [(session, pos)]])
+            opened[session] = opened.get(session, 0) + 1
     # a widened passage may now touch another of its session: merge those too
     merged: list[list] = []
     for p in passages:
@@ -210,7 +228,7 @@ def search_passages(conn: psycopg.Connection, text: str, *, user_id: str | None,
         scores = {k: v * (1 + how.time_boost) if k in times and prefer[0] <= times[k] < prefer[1] else v
                   for k, v in scores.items()}
     ranked = sorted(scores, key=lambda k: (-scores[k], k))
-    windows = _windows(ranked, limit, how.before, how.after)
+    windows = _windows(ranked, scores, limit, how.before, how.after, how.session_penalty)
     if not windows:
         return []
     rows = turns_db.turn_windows(conn, [w[0] for w in windows], [w[1] for w in windows], [w[2] for w in windows],
@@ -312,7 +330,20 @@ def fit_passage(passage: Passage, budget: Budget) -> Passage | None:
     return replace(passage, turns=tuple(turns[lo:hi + 1]))
 
 
-def fill_passages(passages: Sequence[Passage], budget: Budget) -> list[Passage]:
+def without_chatter(passage: Passage) -> Passage:
+    """The passage without the greetings and echoes at its edges (`rules.noise.is_chatter`):
+    a neighbour is kept only while it carries something; the best turn always stays."""
+    turns = list(passage.turns)
+    best = next(i for i, t in enumerate(turns) if t.seq == passage.best_seq)
+    lo, hi = 0, len(turns) - 1
+    while lo < best and is_chatter(turns[lo].body):
+        lo += 1
+    while hi > best and is_chatter(turns[hi].body):
+        hi -= 1
+    return passage if (lo, hi) == (0, len(turns) - 1) else replace(passage, turns=tuple(turns[lo:hi + 1]))
+
+
+def fill_passages(passages: Sequence[Passage], budget: Budget, drop_chatter: bool = True) -> list[Passage]:
     """Passages within a budget, in their order: while others wait, each takes at most its
     share (`PASSAGE_SHARE` of the budget, or `PASSAGE_LEAST_CHARS` if more): whole when it
     fits in that, else its best turn and the neighbours that fit (`fit_passage`); the last
@@ -322,9 +353,11 @@ def fill_passages(passages: Sequence[Passage], budget: Budget) -> list[Passage]:
     (docs/benchmarks.md, budget by value). Measured and left out: taking the shortest of
     passages of similar score first (recall fell at every budget), and serving every
     passage's best turn first, then their neighbours (the evidence is often the neighbour
-    of the turn that matched best)."""
+    of the turn that matched best). With `drop_chatter`, greetings and echoes at a passage's
+    edges are not served (`without_chatter`)."""
     served = []
     for number, p in enumerate(passages, start=1):
+        p = without_chatter(p) if drop_chatter else p
         share = budget
         if budget.limit is not None and number < len(passages):
             least = PASSAGE_LEAST_CHARS if budget.unit == "chars" else estimate_tokens("x" * PASSAGE_LEAST_CHARS)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memory_pipelines.records import NoiseVerdict, Segment
-from memory_pipelines.rules.text import normalize, words
+from memory_pipelines.rules.text import STOPWORDS, normalize, words
 
 GREETINGS = {
     "hi", "hello", "hey", "hiya", "yo", "good morning", "good afternoon", "good evening", "morning",
@@ -66,6 +66,21 @@ def _phrase_match(norm: str, phrases: _Phrases) -> bool:
                 if len(rest) <= MAX_FILLER_WORDS and all(t in _FILLER or t in phrases.all for t in rest):
                     return True
     return False
+
+
+MIN_CONTENT_WORDS = 3  # a turn with fewer words of its own (not stopwords, not filler) is chatter
+
+
+def is_chatter(text: str) -> bool:
+    """A greeting, a thanks or an echo ("haha nice!", "that's great to hear"): a turn that
+    carries no evidence of its own. A number keeps a turn (a time, a port, a date)."""
+    norm = normalize(text)
+    if _phrase_match(norm, _GREETING_PHRASES) or _phrase_match(norm, _THANKS_PHRASES):
+        return True
+    if any(ch.isdigit() for ch in text):
+        return False
+    own = [w for w in norm.split() if len(w) > 2 and w not in _FILLER and w not in STOPWORDS["en"]]
+    return len(own) < MIN_CONTENT_WORDS
 
 
 def _user_text(segment: Segment) -> str:

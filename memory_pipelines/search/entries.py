@@ -15,6 +15,10 @@ from memory_pipelines.search.hits import MemoryHit
 from memory_pipelines.search.terms import _patterns, _terms_hit, _tsquery, query_terms
 
 
+# a self statement this far from the question, sharing no word with it, is not served first
+SELF_MIN_SIMILARITY = 0.05
+
+
 class KnowledgeSearch(SearchBase):
     # --- knowledge entries and error memory --------------------------------------------
 
@@ -27,17 +31,37 @@ class KnowledgeSearch(SearchBase):
 
     def _knowledge(self, text: str, user_id: str | None, session_id: str | None, process: str | None, limit: int,
                    consent: str | None, at: datetime | None) -> Plan:
-        scope = self._scope(user_id)
         terms = query_terms(text)
-        vector = self._vector(text, user_id)
-        params = {**scope, "session_id": session_id, "process": process, "consent": consent,
-                  "at": at or datetime.now().astimezone(), "tsquery": _tsquery(terms),
-                  "model": self.embedder.model_id if vector is not None else None,
-                  "vector": vector if vector is not None else np.zeros(1, dtype=np.float32)}
+        params = self._knowledge_params(text, user_id, session_id, process, consent, at)
         statements = (("knowledge_search", params),
-                      ("graph_statements", {"all_users": scope["all_users"], "user_ids": [user_id]}))
+                      ("graph_statements", {"all_users": params["all_users"], "user_ids": [user_id]}))
         return Plan(statements, lambda results: self._knowledge_hits(
             results[0], [Triple(**row) for row in results[1]], terms, limit))
+
+    def _self_entries(self, text: str, user_id: str | None, session_id: str | None, limit: int) -> Plan:
+        """What the person said of themselves (entries tagged `self`), best first, without the
+        knowledge tier's cutoff (only `SELF_MIN_SIMILARITY`): "would I enjoy a silent
+        retreat?" shares no words and little meaning with "the best part of my week is the
+        hour before anyone wakes up"."""
+        terms = query_terms(text)
+
+        def ranked(results: list[list[dict]]) -> list[MemoryHit]:
+            hits = {h.id: h for h in (_entry_hit(r, terms, ()) for r in results[0] if "self" in (r["tags"] or ()))
+                    if h.matched_terms or (h.similarity or 0.0) >= SELF_MIN_SIMILARITY}
+            by_vector = sorted(hits.values(), key=lambda h: (-(h.similarity or 0.0), h.id))
+            by_text = sorted((h for h in hits.values() if h.matched_terms), key=lambda h: (-h.matched_terms, h.id))
+            return (fuse_rrf([by_vector, by_text]) if by_text else by_vector)[:limit]
+
+        return Plan((("knowledge_search", self._knowledge_params(text, user_id, session_id, None, None, None)),),
+                    ranked)
+
+    def _knowledge_params(self, text: str, user_id: str | None, session_id: str | None, process: str | None,
+                          consent: str | None, at: datetime | None) -> dict:
+        vector = self._vector(text, user_id)
+        return {**self._scope(user_id), "session_id": session_id, "process": process, "consent": consent,
+                "at": at or datetime.now().astimezone(), "tsquery": _tsquery(query_terms(text)),
+                "model": self.embedder.model_id if vector is not None else None,
+                "vector": vector if vector is not None else np.zeros(1, dtype=np.float32)}
 
     @staticmethod
     def _knowledge_hits(rows: list[dict], triples: Sequence[Triple], terms: Sequence[str],
@@ -70,6 +94,7 @@ def _entry_hit(r: dict, terms: Sequence[str], triples: Sequence[Triple]) -> Memo
     return MemoryHit(
         "knowledge", text, r["session_id"], r["updated_at"], 0.0, id=r["id"], user_id=r["user_id"],
         key=r["entry_key"], kind=r["kind"], category=r["scope"], start_seq=r["seq_start"],
-        end_seq=r["seq_end"], similarity=1 - r["distance"] if r["distance"] is not None else None,
+        end_seq=r["seq_end"], tags=tuple(r["tags"] or ()),
+        similarity=1 - r["distance"] if r["distance"] is not None else None,
         matched_terms=_terms_hit(f"{r['title']} {r['content']}", terms),
         superseded_by=superseded_by(f"{r['title']} {r['content']}", r["user_id"], r["updated_at"], triples))

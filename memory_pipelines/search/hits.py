@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
@@ -42,6 +43,7 @@ class MemoryHit:
     # forest recall: the tree nodes descended to the passage's chunk, top first ("node: summary")
     path: tuple[str, ...] = ()
     fork: ForkPoint | None = None  # the hit's session is a fork: of which session, after which turn
+    tags: tuple[str, ...] | None = None  # a knowledge entry's (`self`: what the person said of themselves)
 
     def to_json(self) -> dict:
         """Its fields, leaving out those it does not have (None)."""
@@ -58,6 +60,22 @@ def passage_hit(passage: Passage) -> MemoryHit:
                      similarity=passage.similarity, matched_terms=len(passage.terms), turns=passage.turns,
                      started_at=passage.started_at, roles=passage.roles, best_seq=passage.best_seq,
                      terms=passage.terms)
+
+
+def interleave_hits(rankings: Sequence[Sequence[MemoryHit]], limit: int) -> list[MemoryHit]:
+    """The rankings' first hits, then their second ones, and so on (each part of a question
+    gets its share), leaving out a passage that overlaps one already taken."""
+    taken: list[MemoryHit] = []
+    for rank in range(max((len(r) for r in rankings), default=0)):
+        for ranking in rankings:
+            if rank < len(ranking) and not any(_overlap(ranking[rank], t) for t in taken):
+                taken.append(ranking[rank])
+    return taken[:limit]
+
+
+def _overlap(a: MemoryHit, b: MemoryHit) -> bool:
+    return a.session_id == b.session_id and a.start_seq is not None and b.start_seq is not None \
+        and a.start_seq <= b.end_seq and b.start_seq <= a.end_seq
 
 
 @dataclass(frozen=True)

@@ -5,29 +5,52 @@ labelled with their freshness."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from memory_pipelines.db import search as search_db
 from memory_pipelines.db import turns as turns_db
 from memory_pipelines.core.fact_extraction import canonical_key
 from memory_pipelines.core.knowledge_entries import Triple
-from memory_pipelines.passages import Budget, fill_passages
+from memory_pipelines.passages import Budget, TurnSearch, fill_passages
 from memory_pipelines.records import DEFAULT_BUDGET_CHARS, SEARCH_SCOPES
 from memory_pipelines.search.archive import ArchiveSearch
 from memory_pipelines.search.base import Plan
 from memory_pipelines.search.chunks import ChunkSearch
 from memory_pipelines.search.facts import FactSearch
 from memory_pipelines.search.freshness import outdated_by
-from memory_pipelines.search.hits import MemoryHit, ServedMemory
+from memory_pipelines.search.hits import MemoryHit, ServedMemory, interleave_hits
 from memory_pipelines.search.entries import KnowledgeSearch, _entry_hit
 from memory_pipelines.search.passages import PassageSearch
+from memory_pipelines.search.questions import asks_about_person, in_first_person, question_parts
 from memory_pipelines.search.sketches import SketchSearch
 from memory_pipelines.timeexpr import TimeRange, time_range
 
 SCOPES = SEARCH_SCOPES
 # how passages are found: the flat turn index, or forest recall down the temporal tree
 SEARCH_MODES = ("flat", "forest")
+# a question is served what the person said of themselves first (`rules.self_statements`): this
+# many of those entries at most, within this share of the budget; the passages come after.
+# Chosen on the labelled set among shares 0.3-1.0 and 8-40 entries (docs/benchmarks.md)
+SELF_ENTRIES, SELF_SHARE = 40, 0.7
+# which questions are served the person's self statements first: those about their tastes and
+# likely choices (`asks_about_person`), any in the first person ("how did my knee recover?"),
+# every question, none
+SELF_FIRST = ("person", "first-person", "always", "never")
+
+
+@dataclass(frozen=True)
+class ServePolicy:
+    """How unified search spends a budget on passages; each choice measured on the labelled
+    set, and each can be turned off to measure it again (`bench retrieval`'s ablation rows)."""
+    how: TurnSearch = TurnSearch()  # includes the session penalty: passages spread over sessions
+    split_questions: bool = True  # each part of a question searched on its own, the parts interleaved
+    self_first: str = "first-person"  # which questions get the person's self statements first (SELF_FIRST)
+    drop_chatter: bool = True  # greetings and echoes at a passage's edges are not served
+
+    def __post_init__(self) -> None:
+        if self.self_first not in SELF_FIRST:
+            raise ValueError(f"self_first one of {', '.join(SELF_FIRST)}, got {self.self_first!r}")
 
 
 class MemorySearch(FactSearch, ChunkSearch, PassageSearch, ArchiveSearch, SketchSearch, KnowledgeSearch):
@@ -42,17 +65,17 @@ class UnifiedMemorySearch(MemorySearch):
                session_id: str | None = None, current_session_id: str | None = None,
                summary_at: datetime | None = None, budget_chars: int | None = DEFAULT_BUDGET_CHARS,
                budget_tokens: int | None = None, now: datetime | None = None,
-               include_forks: bool = False) -> list[MemoryHit]:
+               include_forks: bool = False, policy: ServePolicy = ServePolicy()) -> list[MemoryHit]:
         """The hits `serve` gives, in tier order."""
         return list(self.serve(text, scope, k, user_id, session_id, current_session_id, summary_at,
                                budget_chars=budget_chars, budget_tokens=budget_tokens, now=now,
-                               include_forks=include_forks).hits)
+                               include_forks=include_forks, policy=policy).hits)
 
     def serve(self, text: str, scope: str = "all", k: int = 5, user_id: str | None = None,
               session_id: str | None = None, current_session_id: str | None = None,
               summary_at: datetime | None = None, *, budget_chars: int | None = DEFAULT_BUDGET_CHARS,
               budget_tokens: int | None = None, now: datetime | None = None, mode: str = "flat",
-              include_forks: bool = False) -> ServedMemory:
+              include_forks: bool = False, policy: ServePolicy = ServePolicy()) -> ServedMemory:
         """Every store in tiers, within a budget: facts, then passages, then sketches, then
         knowledge entries take from it in that order (`k` caps each store) until it is
         spent; a passage that does not fit whole is trimmed around its best turn
@@ -64,13 +87,20 @@ class UnifiedMemorySearch(MemorySearch):
         did I live in March" may lie in June). `mode="forest"` finds the passages by forest
         recall (`search_forest`) instead. Forked sessions' passages are served only with
         `include_forks` (flat mode), each labelled with its fork point, or when `session_id`
-        names the fork."""
+        names the fork. A question joining several parts ("what do A and B have in common")
+        has each part searched too, their passages interleaved; what the person said of
+        themselves comes before the passages, within `SELF_SHARE` of the budget (`ServePolicy`:
+        short statements scattered over months answer "would I enjoy …" and "how did my knee
+        recover" where whole turns would not fit)."""
         if scope not in SCOPES:
             raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
         if mode not in SEARCH_MODES:
             raise ValueError(f"unknown mode {mode!r}: use one of {', '.join(SEARCH_MODES)}")
         k = max(1, min(20, int(k)))
         budget = Budget(budget_tokens, "tokens") if budget_tokens is not None else Budget(budget_chars)
+        self_first = scope == "all" and (policy.self_first == "always"
+                                         or policy.self_first == "first-person" and in_first_person(text)
+                                         or policy.self_first == "person" and asks_about_person(text))
         plans: dict[str, Plan] = {}  # in tier order; every store's statements in one round trip
         if scope in ("all", "facts"):
             plans["facts"] = self._facts(text, user_id, k)
@@ -78,7 +108,11 @@ class UnifiedMemorySearch(MemorySearch):
             plans["sketches"] = self._sketches(text, user_id, session_id, current_session_id, k)
         if scope in ("all", "knowledge"):
             plans["knowledge"] = self._knowledge(text, user_id, current_session_id, None, k, None, None)
+        if self_first:
+            plans["self"] = self._self_entries(text, user_id, current_session_id, SELF_ENTRIES)
         found = dict(zip(plans, self._resolve(*plans.values())))
+        if self_first:  # each entry once, in the tier it comes first in
+            found["knowledge"] = [h for h in found["knowledge"] if h.id not in {s.id for s in found["self"]}]
         named = None
         if scope in ("all", "raw"):
             named = self.named_time(text, user_id, now)
@@ -86,15 +120,22 @@ class UnifiedMemorySearch(MemorySearch):
                 raw = [h for h in self.search_forest(text, user_id, k if session_id is None else 20)
                        if session_id is None or h.session_id == session_id][:k]
             else:
-                raw = self.search_passages(text, user_id, session_id, k,
-                                           prefer=(named.since, named.until) if named else None,
-                                           include_forks=include_forks)
+                prefer = (named.since, named.until) if named else None
+                parts = question_parts(text) if policy.split_questions else []
+                raw = interleave_hits([self.search_passages(part, user_id, session_id, k, policy.how, prefer=prefer,
+                                                            include_forks=include_forks)
+                                       for part in (text, *parts)], k)
             found["raw"] = raw
         served, left_out = [], 0
-        for tier in ("facts", "raw", "sketches", "knowledge"):
+        for tier in ("facts", "self", "raw", "sketches", "knowledge"):
             hits = found.get(tier, [])
+            if tier == "self" and budget.limit is not None:  # at most its share: the passages come next
+                share = Budget(min(budget.room, int(budget.limit * SELF_SHARE)), budget.unit)
+                fitting = [h for h in hits if share.take(h.text)]
+                left_out, hits = left_out + len(hits) - len(fitting), fitting
             if tier == "raw":
-                packed = {(p.session_id, p.best_seq): p for p in fill_passages([h.as_passage() for h in hits], budget)}
+                packed = {(p.session_id, p.best_seq): p
+                          for p in fill_passages([h.as_passage() for h in hits], budget, policy.drop_chatter)}
                 kept = [(h, packed.get((h.session_id, h.best_seq))) for h in hits]
                 # labelled as served: what a trimmed passage no longer holds does not date it
                 served += self.mark_freshness([

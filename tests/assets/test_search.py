@@ -110,6 +110,24 @@ def test_text_output_names_every_hit_as_lineage_takes_it(conn):
     assert checked >= 3
 
 
+def test_what_the_person_said_of_themselves_comes_first_for_a_question_about_them(conn):
+    """Issue 40: alice said in passing that she had been fighting her LSP setup; a question in
+    the first person is served that clause, as an entry tagged `self` with lineage to its turn, before
+    any passage. A question about the project ("we") is served passages first."""
+    search = UnifiedMemorySearch(conn, EMBEDDER)
+    hits = search.search("what have I been fighting with all week", user_id="alice", budget_chars=1440)
+    order = [("self" if "self" in (h.tags or ()) else h.source_type) for h in hits]
+    assert "self" in order and "raw" in order and order.index("self") < order.index("raw")
+    said = next(h for h in hits if "self" in (h.tags or ()) and "LSP" in h.text)
+    assert said.kind == "user" and said.user_id == "alice" and said.start_seq == said.end_seq is not None
+    turn = conn.execute("SELECT content FROM messages WHERE session_id = %s AND seq = %s",
+                        [said.session_id, said.start_seq]).fetchone()[0]
+    assert said.text in turn  # its own words, from its own turn
+    project = [("self" if "self" in (h.tags or ()) else h.source_type)
+               for h in search.search("which database is the source of truth for project Falcon", user_id="alice")]
+    assert "raw" in project and "self" not in project[:project.index("raw")]  # in the knowledge tier at most
+
+
 def test_tiers_scopes_k_and_provenance(conn):
     search = UnifiedMemorySearch(conn, EMBEDDER)
     hits = search.search("ledger-api port", user_id="bob", k=3)

@@ -24,22 +24,43 @@ def passage(*bodies: str, best: int = 0, terms=("port",)) -> Passage:
     return Passage("ann", "s1", turns, best, 1.0, terms, None)
 
 
+def ranked_by_order(*turns: tuple[str, int]) -> tuple[list, dict]:
+    """Turns best first, scored 1, 0.99, 0.98, …"""
+    return list(turns), {t: 1 - i / 100 for i, t in enumerate(turns)}
+
+
 def test_best_turns_widen_two_before_one_after_and_adjacent_ones_merge():
-    ranked = [("s1", 10), ("s2", 3), ("s1", 13), ("s1", 30), ("s1", 4)]
-    windows = _windows(ranked, limit=3)
+    ranked = ranked_by_order(("s1", 10), ("s2", 3), ("s1", 13), ("s1", 30), ("s1", 4))
+    windows = _windows(*ranked, limit=3)
     # s1/10 -> 8..11; s1/13 -> 11..14 overlaps it: one passage; s2/3 -> 1..4; s1/30 -> 28..31
     assert [(s, lo, hi) for s, lo, hi, _ in windows] == [("s1", 8, 14), ("s2", 1, 4), ("s1", 28, 31)]
     assert windows[0][3] == [("s1", 10), ("s1", 13)]
     # once there are `limit` passages, lower-ranked turns are not read, even ones that would merge
-    assert _windows([("s1", 4), ("s1", 7)], limit=1) == [("s1", 2, 5, [("s1", 4)])]
-    assert _windows([("s1", 4), ("s1", 7)], limit=2) == [("s1", 2, 8, [("s1", 4), ("s1", 7)])]
+    assert _windows(*ranked_by_order(("s1", 4), ("s1", 7)), limit=1) == [("s1", 2, 5, [("s1", 4)])]
+    assert _windows(*ranked_by_order(("s1", 4), ("s1", 7)), limit=2) == [("s1", 2, 8, [("s1", 4), ("s1", 7)])]
     # a passage widened by a later turn may come to touch an earlier one: they merge too
-    assert [(lo, hi) for _, lo, hi, _ in _windows([("s1", 10), ("s1", 2), ("s1", 6)], limit=5)] == [(0, 11)]
-    assert [(lo, hi) for _, lo, hi, _ in _windows([("s1", 3), ("s1", 8)], limit=5)] == [(1, 4), (6, 9)]
+    assert [(lo, hi) for _, lo, hi, _ in _windows(*ranked_by_order(("s1", 10), ("s1", 2), ("s1", 6)), limit=5)] \
+        == [(0, 11)]
+    assert [(lo, hi) for _, lo, hi, _ in _windows(*ranked_by_order(("s1", 3), ("s1", 8)), limit=5)] == [(1, 4), (6, 9)]
+
+
+def test_a_second_session_comes_before_a_third_passage_of_one_session_when_scores_are_close():
+    ranked = [("s1", 10), ("s1", 30), ("s1", 50), ("s2", 5), ("s3", 40)]
+    scores = {("s1", 10): 1.0, ("s1", 30): 0.95, ("s1", 50): 0.9, ("s2", 5): 0.8, ("s3", 40): 0.3}
+    plain = _windows(ranked, scores, limit=3)
+    assert [(s, lo) for s, lo, _, _ in plain] == [("s1", 8), ("s1", 28), ("s1", 48)]
+    spread = _windows(ranked, scores, limit=3, session_penalty=0.3)
+    # s1/30 counts 0.95 × 0.7 = 0.665 < s2's 0.8; s1/30 still beats s3's 0.3 and s1/50's 0.9 × 0.49
+    assert [(s, lo) for s, lo, _, _ in spread] == [("s1", 8), ("s2", 3), ("s1", 28)]
+    # a turn beside an open passage joins it at its own score: no discount, no new passage
+    joined = _windows([("s1", 10), ("s1", 12), ("s2", 5)], {("s1", 10): 1.0, ("s1", 12): 0.9, ("s2", 5): 0.8},
+                      limit=2, session_penalty=0.5)
+    assert [(s, lo, hi) for s, lo, hi, _ in joined] == [("s1", 8, 13), ("s2", 3, 6)]
 
 
 def test_single_turn_windows():
-    assert [(lo, hi) for _, lo, hi, _ in _windows([("s", 5), ("s", 9)], 5, before=0, after=0)] == [(5, 5), (9, 9)]
+    assert [(lo, hi) for _, lo, hi, _ in _windows(*ranked_by_order(("s", 5), ("s", 9)), 5, before=0, after=0)] \
+        == [(5, 5), (9, 9)]
 
 
 def test_score_fusion_normalizes_each_signal_and_rrf_uses_ranks():
@@ -173,5 +194,5 @@ def test_while_other_passages_wait_a_long_one_takes_its_share_and_the_last_what_
     assert len(first.text) <= share and "8443" in first.text  # its best turn, within its share
     assert second is short and budget.used == len(first.text) + len(short.text)
     # alone, or last, a passage takes what is left: the whole of it when that fits
-    assert fill_passages([long], Budget(5000)) == [long]
-    assert fill_passages([short, long], Budget(2000))[1] == long
+    assert fill_passages([long], Budget(5000), drop_chatter=False) == [long]
+    assert fill_passages([short, long], Budget(2000), drop_chatter=False)[1] == long

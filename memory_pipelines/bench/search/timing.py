@@ -18,6 +18,7 @@ from memory_pipelines.db import bench as bench_db
 from memory_pipelines.embed import Embedder
 from memory_pipelines.passages import TurnSearch
 from memory_pipelines.search import UnifiedMemorySearch
+from memory_pipelines.search.questions import question_parts
 
 RECALL_K = 10
 
@@ -159,6 +160,10 @@ def measure(url: str, embedder: Embedder, config: SearchBenchConfig,
             began = time.perf_counter()
             vectors[q.text] = embedder.embed([q.text])[0]
             embed_seconds.append(time.perf_counter() - began)
+            # unified search embeds each part of a question too ("A and B": A, B)
+            parts = question_parts(q.text)
+            if parts:
+                vectors.update(zip(parts, embedder.embed(parts)))
         cached = PrecomputedEmbedder(embedder, vectors)
         for _, _, call in paths:  # statements prepared, caches warm
             _time_pass(conn, cached, call, warmup)
