@@ -239,16 +239,17 @@ def run_backfill_benchmark(users: int, sessions: int, seed: int, short_days: int
     return BackfillBench(*runs)
 
 
-def evidence_database(users: int, seed: int, embedder_id: str, settings: Settings, *, rebuild: bool = False,
-                      echo: Callable[[str], None] = print) -> tuple[str, EvidenceSet]:
+def evidence_database(users: int, seed: int, embedder_id: str, settings: Settings, *, year_users: int = 7,
+                      rebuild: bool = False, echo: Callable[[str], None] = print) -> tuple[str, EvidenceSet]:
     """The labelled evidence set distilled by the whole graph into a database of its own
     (`memory_bench_evidence_…`, named after the set and the embedder), built once and reused
     while what it was built from matches. Its days are run as one range."""
-    name = re.sub(r"[^a-z0-9]+", "_", f"memory_bench_evidence_u{users}_s{seed}_{embedder_id}".lower())[:63]
+    name = re.sub(r"[^a-z0-9]+", "_",
+                  f"memory_bench_evidence_u{users}_y{year_users}_s{seed}_{embedder_id}".lower())[:63]
     folder = settings.home / "bench" / name
-    written = write_evidence_set(folder, users=users, seed=seed)
+    written = write_evidence_set(folder, users=users, seed=seed, year_users=year_users)
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(folder.rglob("*.json*")))).hexdigest()
-    params = {"users": users, "seed": seed, "embedder": embedder_id, "set": digest}
+    params = {"users": users, "year_users": year_users, "seed": seed, "embedder": embedder_id, "set": digest}
     server = resolve_url(settings.database_url, settings.home)
 
     def distill(url: str) -> None:

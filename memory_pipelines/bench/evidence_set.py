@@ -12,6 +12,9 @@ dog called" for "we brought home a beagle puppy ... named her Miso"), in five ca
 - temporal: it names a time ("in June", "before the move") or asks when;
 - open-domain: the persona plus common sense answer it (a vegetarian and a steakhouse);
 - adversarial: it asks about something never said; its evidence is the closest turns.
+
+The harder year set (`memory_pipelines.bench.year_set`, `set="year"`) adds seven users with
+a year of chats with a chatty friend and two more categories, spread and person.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial")
+CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain", "adversarial", "spread", "person")
 FIRST_DAY = date(2026, 3, 2)
 SESSIONS = 20
 DAYS_APART = 10
@@ -89,6 +92,7 @@ class Question:
     category: str
     question: str
     evidence: tuple[tuple[str, int], ...]  # (session_id, seq) turns that answer it
+    set: str = "base"  # "base", or "year" for the year set
 
 
 @dataclass
@@ -290,7 +294,7 @@ def _user_story(index: int, seed: int) -> tuple[list[dict], list[Question]]:
 def replace_evidence(q: Question, session_id: str, shift: int) -> Question:
     """The question with its evidence in `session_id` moved by `shift` seqs (turns inserted before)."""
     return Question(q.id, q.user_id, q.category, q.question,
-                    tuple((s, seq + shift if s == session_id else seq) for s, seq in q.evidence))
+                    tuple((s, seq + shift if s == session_id else seq) for s, seq in q.evidence), q.set)
 
 
 @dataclass(frozen=True)
@@ -300,19 +304,22 @@ class EvidenceSet:
     users: int
     messages: int
     by_category: dict[str, int]
+    by_set: dict[str, int]
 
 
-def write_evidence_set(out: Path, users: int = 12, seed: int = 0) -> EvidenceSet:
-    """Transcripts (one JSON Lines file per user) and `questions.json`, the same bytes for the
-    same arguments."""
-    if users < 1:
-        raise ValueError("users must be at least 1")
+def write_evidence_set(out: Path, users: int = 12, seed: int = 0, year_users: int = 7) -> EvidenceSet:
+    """Transcripts (one JSON Lines file per user, base users then year users) and
+    `questions.json`, the same bytes for the same arguments."""
+    from memory_pipelines.bench.year_set import year_story  # it builds on this module's Question and _Session
+
+    if users < 1 or year_users < 0:
+        raise ValueError("users must be at least 1 and year_users at least 0")
     transcripts = out / "transcripts"
     transcripts.mkdir(parents=True, exist_ok=True)
     questions: list[Question] = []
     messages = 0
-    for index in range(users):
-        records, qs = _user_story(index, seed)
+    stories = [_user_story(index, seed) for index in range(users)]
+    for records, qs in stories + [year_story(index, seed) for index in range(year_users)]:
         (transcripts / f"{records[0]['user_id']}.jsonl").write_text(
             "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records), encoding="utf-8")
         questions.extend(qs)
@@ -320,9 +327,11 @@ def write_evidence_set(out: Path, users: int = 12, seed: int = 0) -> EvidenceSet
     path = out / "questions.json"
     path.write_text(json.dumps([asdict(q) for q in questions], indent=1, ensure_ascii=False), encoding="utf-8")
     counts = {c: sum(q.category == c for q in questions) for c in CATEGORIES}
-    return EvidenceSet(transcripts, path, users, messages, counts)
+    sets = {s: sum(q.set == s for q in questions) for s in ("base", "year")}
+    return EvidenceSet(transcripts, path, users + year_users, messages, counts, sets)
 
 
 def load_questions(path: Path) -> list[Question]:
-    return [Question(q["id"], q["user_id"], q["category"], q["question"], tuple(tuple(e) for e in q["evidence"]))
+    return [Question(q["id"], q["user_id"], q["category"], q["question"], tuple(tuple(e) for e in q["evidence"]),
+                     q.get("set", "base"))
             for q in json.loads(path.read_text(encoding="utf-8"))]

@@ -16,6 +16,7 @@ from memory_pipelines.db import bench as bench_db
 from memory_pipelines.embed import Embedder
 from memory_pipelines.passages import Budget, TurnSearch, fill_passages
 from memory_pipelines.search import MemoryHit, UnifiedMemorySearch, passage_hit
+from memory_pipelines.search.unified import ServePolicy
 
 BUDGETS = (720, 1440, 3600, 7200)
 EVIDENCE_K = 20  # hits each row is asked for: enough to fill the largest budget
@@ -42,6 +43,20 @@ VARIANT_ROWS = {
     "fused widened 1+1, time first": (TurnSearch(before=1), "prefer"),
     "dense, time first": (TurnSearch(signal="vector"), "prefer"),
 }
+
+# `--ablations`: unified search without each of the choices that spread its budget (issue 40),
+# without all of them, and with the alternatives measured and not adopted
+ABLATION_ROWS = {
+    "unified - session penalty": ServePolicy(how=TurnSearch(session_penalty=0.0)),
+    "unified - question parts": ServePolicy(split_questions=False),
+    "unified - self statements first": ServePolicy(self_first="never"),
+    "unified - chatter dropped": ServePolicy(drop_chatter=False),
+    "unified - all four": ServePolicy(TurnSearch(session_penalty=0.0), False, "never", False),
+    "unified, self statements first for every question": ServePolicy(self_first="always"),
+    "unified, self statements first for questions about the person": ServePolicy(self_first="person"),
+    "unified, best turns alone": ServePolicy(how=TurnSearch(before=0, after=0)),
+}
+SETS = ("base", "year")  # the evidence set's questions: the first set, and the year of long conversations
 
 
 @dataclass(frozen=True)
@@ -105,8 +120,9 @@ def _evidence_hits(search: UnifiedMemorySearch, row: str, q: Question, budget: i
         if budget is None:
             return hits
         return [passage_hit(p) for p in fill_passages([h.as_passage() for h in hits], Budget(budget))]
-    if row == UNIFIED:
-        return search.search(q.question, user_id=q.user_id, k=EVIDENCE_K, budget_chars=budget)
+    if row == UNIFIED or row in ABLATION_ROWS:
+        return search.search(q.question, user_id=q.user_id, k=EVIDENCE_K, budget_chars=budget,
+                             policy=ABLATION_ROWS.get(row, ServePolicy()))
     if row.startswith("chunks"):
         return search.search_chunks(q.question, q.user_id, limit=EVIDENCE_K)
     return search.search_archive(q.question, q.user_id, limit=EVIDENCE_K)
@@ -115,6 +131,7 @@ def _evidence_hits(search: UnifiedMemorySearch, row: str, q: Question, budget: i
 @dataclass(frozen=True)
 class EvidenceScore:
     row: str
+    set: str  # "base", "year" or "all"
     category: str  # or "all"
     questions: int
     recall_at_k: float
@@ -134,9 +151,10 @@ def evidence_retrieval(conn: psycopg.Connection, embedder: Embedder, questions: 
                        rows: Sequence[str] = EVIDENCE_ROWS, k: int = 10) -> list[EvidenceScore]:
     """Every row over every question: recall of evidence turns in the first k hits and
     within each budget, nDCG@k (a hit is relevant when it holds an evidence turn), search
-    latency; overall and per category. Changes nothing (unified search counts accesses: rolled back)."""
+    latency; overall, per set of questions and per category. Changes nothing (unified search
+    counts accesses: rolled back)."""
     search = UnifiedMemorySearch(conn, embedder)
-    per: dict[tuple[str, str], list[tuple[float, dict[int, float], float, float]]] = {}
+    per: dict[tuple[str, str, str], list[tuple[float, dict[int, float], float, float]]] = {}
     with conn.transaction(force_rollback=True):
         for q in questions:
             evidence = {tuple(e) for e in q.evidence}
@@ -150,36 +168,45 @@ def evidence_retrieval(conn: psycopg.Connection, embedder: Embedder, questions: 
                 within = {b: recall_within(_reads(conn, _evidence_hits(search, row, q, b)), evidence, b)
                           for b in BUDGETS}
                 outcome = (at_k, within, ndcg(flags, min(len(evidence), k), k), ms)
-                for category in (q.category, "all"):
-                    per.setdefault((row, category), []).append(outcome)
+                for part in (q.set, "all"):
+                    for category in (q.category, "all"):
+                        per.setdefault((row, part, category), []).append(outcome)
     scores = []
-    for (row, category), outcomes in per.items():
+    for (row, part, category), outcomes in per.items():
         n = len(outcomes)
         scores.append(EvidenceScore(
-            row, category, n, sum(o[0] for o in outcomes) / n,
+            row, part, category, n, sum(o[0] for o in outcomes) / n,
             {b: sum(o[1][b] for o in outcomes) / n for b in BUDGETS}, sum(o[2] for o in outcomes) / n,
             percentile([o[3] for o in outcomes], 0.5), percentile([o[3] for o in outcomes], 0.95)))
-    order = {c: i for i, c in enumerate(("all", *CATEGORIES))}
-    return sorted(scores, key=lambda s: (order[s.category], list(rows).index(s.row)))
+    order = {c: i for i, c in enumerate(("all", *SETS, *CATEGORIES))}
+    return sorted(scores, key=lambda s: (order[s.set], order[s.category], list(rows).index(s.row)))
 
 
 def evidence_markdown(scores: Sequence[EvidenceScore], k: int, model: str, questions: int) -> str:
+    """Every row over all questions, then per set and per category of question, within each budget."""
     budgets = " | ".join(f"within {b:,}" for b in BUDGETS)
     lines = [f"recall of evidence turns over the labelled evidence set ({questions} questions), embedder {model}",
              "", f"| row | recall@{k} | {budgets} | nDCG@{k} | p50 ms | p95 ms |",
              "|---|---|" + "---|" * len(BUDGETS) + "---|---|---|"]
     for s in scores:
-        if s.category == "all":
+        if s.set == "all" and s.category == "all":
             cells = " | ".join(f"{s.recall_at_budget[b]:.1%}" for b in BUDGETS)
             lines.append(f"| {s.row} | {s.recall_at_k:.1%} | {cells} | {s.ndcg_at_k:.3f} | {s.p50_ms:.1f} | "
                          f"{s.p95_ms:.1f} |")
+    lines += ["", "unified search per set and kind of question, recall within 720 / 1,440 / 3,600 / 7,200 characters:", "",
+              "| row | set | kind | questions | " + " | ".join(f"{b:,}" for b in BUDGETS) + " |",
+              "|---|---|---|---|" + "---|" * len(BUDGETS)]
+    for s in scores:
+        if s.set != "all" and s.row.startswith("unified"):
+            cells = " | ".join(f"{s.recall_at_budget[b]:.1%}" for b in BUDGETS)
+            lines.append(f"| {s.row} | {s.set} | {s.category} | {s.questions} | {cells} |")
     categories = [c for c in CATEGORIES if any(s.category == c for s in scores)]
-    lines += ["", "per category, recall within 1,440 / 7,200 characters:", "",
+    lines += ["", "per kind over both sets, recall within 1,440 / 7,200 characters:", "",
               "| row | " + " | ".join(categories) + " |", "|---|" + "---|" * len(categories)]
     for row in dict.fromkeys(s.row for s in scores):
         cells = []
         for c in categories:
-            [s] = [s for s in scores if s.row == row and s.category == c]
+            [s] = [s for s in scores if s.row == row and s.set == "all" and s.category == c]
             cells.append(f"{s.recall_at_budget[1440]:.0%} / {s.recall_at_budget[7200]:.0%}")
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -142,17 +142,25 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         from assets.bench.distill import evidence_database
         from memory_pipelines.bench.evidence_set import load_questions
 
-        url, written = evidence_database(args.users, args.seed, embedder.model_id, settings, rebuild=args.rebuild,
-                                         echo=lambda line: print(line, file=sys.stderr, flush=True))
+        url, written = evidence_database(args.users, args.seed, embedder.model_id, settings,
+                                         year_users=args.year_users, rebuild=args.rebuild, echo=lambda line: print(line, file=sys.stderr, flush=True))
         questions = load_questions(written.questions)
-        rows = (*retrieval.EVIDENCE_ROWS, *retrieval.VARIANT_ROWS) if args.variants else retrieval.EVIDENCE_ROWS
+        rows = (*retrieval.EVIDENCE_ROWS, *(retrieval.VARIANT_ROWS if args.variants else ()),
+                *(retrieval.ABLATION_ROWS if args.ablations else ()))
+        if args.row:
+            unknown = [r for r in args.row if r not in rows]
+            if unknown:
+                raise UsageError(f"unknown row {unknown[0]!r}: use one of {', '.join(rows)} (--variants and "
+                                 "--ablations add theirs)")
+            rows = tuple(r for r in rows if r in args.row)
         with get_pool(url).connection() as conn:
             scores = retrieval.evidence_retrieval(conn, embedder, questions, rows=rows, k=args.k)
     finally:
         embedder.close()
     if args.json:
         print(json.dumps({"embedder": embedder.model_id, "k": args.k, "questions": len(questions),
-                          "by_category": written.by_category, "rows": [asdict(s) for s in scores]}, indent=2))
+                          "by_category": written.by_category, "by_set": written.by_set,
+                          "rows": [asdict(s) for s in scores]}, indent=2))
     else:
         print(retrieval.evidence_markdown(scores, args.k, embedder.model_id, len(questions)))
     return 0
@@ -205,12 +213,22 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
                                                    "evidence set (a database of its own, built once), per row and "
                                                    "category; --needles: the 22 needle questions over the sample")
     retrieval.add_argument("--k", type=int, default=10, help="hits for recall@k and nDCG@k (default 10)")
-    retrieval.add_argument("--users", type=int, default=12, help="users of the evidence set (default 12)")
+    retrieval.add_argument("--users", type=int, default=12, help="users of the evidence set's first part (default 12)")
+    retrieval.add_argument("--year-users", type=int, default=7,
+                           help="users of its year of long conversations, questions of spread evidence and about the "
+                                "person (default 7; 0: none)")
     retrieval.add_argument("--seed", type=int, default=0)
     retrieval.add_argument("--rebuild", action="store_true", help="build its database again even if it matches")
     retrieval.add_argument("--variants", action="store_true",
                            help="also the settings the defaults were chosen against (dense weight, time handling, "
                                 "widening, fusion)")
+    retrieval.add_argument("--ablations", action="store_true",
+                           help="also unified search without each choice that spreads its budget (session penalty, "
+                                "question parts, self statements first, chatter dropped), and with the alternatives "
+                                "measured against them")
+    retrieval.add_argument("--row", action="append", metavar="ROW",
+                           help="measure only this row (repeatable; names as in the report, e.g. "
+                                "\"unified (the agent's tool)\")")
     retrieval.add_argument("--needles", action="store_true",
                            help="the needle smoke instead: recall@k and nDCG@k of chunk search modes over the sample "
                                 "in the pipeline's database (after `memory-pipelines run`)")

@@ -98,19 +98,24 @@ def test_bench_cost_refuses_a_broken_price_table(database_url, tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_retrieval_scores_every_row_and_category_and_reuses_its_database(database_url):
-    done = cli("bench", "retrieval", "--users", "1", "--json", timeout=600)
+def test_bench_retrieval_scores_every_row_set_and_kind_and_reuses_its_database(database_url):
+    done = cli("bench", "retrieval", "--users", "1", "--year-users", "1", "--json", timeout=900)
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout)
-    assert figures["questions"] == sum(figures["by_category"].values()) > 25
-    rows = {(r["row"], r["category"]): r for r in figures["rows"]}
-    assert {row for row, _ in rows} == set(EVIDENCE_ROWS)
-    assert {category for _, category in rows} == {"all", *CATEGORIES}
+    assert figures["questions"] == sum(figures["by_category"].values()) == sum(figures["by_set"].values()) > 40
+    rows = {(r["row"], r["set"], r["category"]): r for r in figures["rows"]}
+    assert {row for row, _, _ in rows} == set(EVIDENCE_ROWS)
+    assert {category for _, _, category in rows} == {"all", *CATEGORIES}
+    assert {(s, c) for _, s, c in rows if c in ("spread", "person")} == {("year", "spread"), ("year", "person"),
+                                                                         ("all", "spread"), ("all", "person")}
     for r in rows.values():
         assert all(0 <= r["recall_at_budget"][str(b)] <= 1 for b in BUDGETS)
         assert 0 <= r["ndcg_at_k"] <= 1 and 0 < r["p50_ms"] <= r["p95_ms"]
-    assert rows[("fused, score fusion", "all")]["recall_at_budget"]["7200"] > 0.5
-    assert "reusing memory_bench_evidence_u1_s0" in cli("bench", "retrieval", "--users", "1", timeout=600).stderr
+    assert rows[("fused, score fusion", "all", "all")]["recall_at_budget"]["7200"] > 0.5
+    again = cli("bench", "retrieval", "--users", "1", "--year-users", "1", "--ablations", "--row",
+                "unified (the agent's tool)", "--row", "unified - question parts", timeout=900)
+    assert "reusing memory_bench_evidence_u1_y1_s0" in again.stderr
+    assert "| unified - question parts |" in again.stdout and "| fused, score fusion |" not in again.stdout
 
 
 @pytest.mark.slow
