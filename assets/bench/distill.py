@@ -31,7 +31,7 @@ from assets.run.runner import (
     PROGRESS_RUN_CONFIG, ensure_dagster_home, partition_keys_between, progress_logger, run_range, run_shards,
 )
 from memory_pipelines.bench.database import fresh_database, reused_or_built
-from memory_pipelines.bench.distill import BackfillBench, DatabaseLoad, DistillBench, PurposeUsage
+from memory_pipelines.bench.distill import BackfillBench, DatabaseLoad, DistillBench, EmbedderRate, PurposeUsage
 from memory_pipelines.bench.evidence_set import EvidenceSet, write_evidence_set
 from memory_pipelines.config import SPECS, Settings, child_environment
 from memory_pipelines.db import bench as bench_db
@@ -39,10 +39,12 @@ from memory_pipelines.db import schema as schema_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.db.connection import close_pools, get_pool, resolve_url
+from memory_pipelines.embed import build_embedder, embed_config
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
 from memory_pipelines.llm.instant_server import InstantModelServer
 from memory_pipelines.quality_gates import expectations
 from memory_pipelines.sources import inventory_of
+from memory_pipelines.stages import embeddings
 
 BENCH_DATABASE = "memory_bench_distill"
 
@@ -211,6 +213,7 @@ def run_distill_benchmark(config: GeneratorConfig, settings: Settings, *, cost: 
                     for stage, spent in _stage_seconds(ran.run_id).items():
                         stages[stage] = max(stages.get(stage, 0.0), spent)
                 idle = bookkeeping_seconds(keys) if bookkeeping else None
+                alone = embedder_alone(url, run)
         finally:
             if server is not None:
                 server.close()
@@ -222,8 +225,23 @@ def run_distill_benchmark(config: GeneratorConfig, settings: Settings, *, cost: 
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         stage_seconds=stages, table_bytes=sizes,
         usage=usage, summarized_session_days=summarized,
-        bookkeeping_seconds=idle, shards=settings.shards, executor=executor, database=load[0],
+        bookkeeping_seconds=idle, shards=settings.shards, executor=executor, database=load[0], embedder=alone,
     )
+
+
+def embedder_alone(url: str, settings: Settings) -> EmbedderRate:
+    """The run's embedder on every text the run embedded, timed alone (after the run, in this
+    process: a local model is loaded once per process, so it is warm)."""
+    texts = embeddings.texts_embedded(get_pool(url))
+    embedder = build_embedder(embed_config(settings))
+    try:
+        embedder.embed(texts[:1])  # a remote embedder connects, a local one is loaded
+        started = time.perf_counter()
+        embedder.embed(texts)
+        seconds = time.perf_counter() - started
+        return EmbedderRate(embedder.model_id, len(texts), embedder.count_tokens(texts), seconds)
+    finally:
+        embedder.close()
 
 
 def run_backfill_benchmark(users: int, sessions: int, seed: int, short_days: int, long_days: int,

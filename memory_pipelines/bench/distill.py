@@ -86,6 +86,24 @@ def database_markdown(load: DatabaseLoad, messages: int) -> list[str]:
 
 
 @dataclass(frozen=True)
+class EmbedderRate:
+    """The run's embedder alone on the texts the run embedded, in the same process after the
+    run (its model loaded, its batch size), nothing else working."""
+    model: str  # back end:model:dimension, as rows record it
+    texts: int
+    tokens: int | None  # as the model reads them (words for hashing; None when unknown)
+    seconds: float
+
+    @property
+    def texts_per_second(self) -> float:
+        return self.texts / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.tokens / self.seconds if self.tokens is not None and self.seconds else None
+
+
+@dataclass(frozen=True)
 class DistillBench:
     """One run of the whole graph over generated transcripts (`bench distill` and `bench cost`)."""
 
@@ -107,10 +125,22 @@ class DistillBench:
     shards: int = 1  # runs at once, one per user shard
     executor: str = "in_process"  # where the runs' steps executed
     database: DatabaseLoad | None = None  # what the server did during the runs
+    embedder: EmbedderRate | None = None  # the embedder alone on the run's texts (`bench distill`)
 
     @property
     def messages_per_s(self) -> float:
         return self.messages / self.seconds if self.seconds else 0.0
+
+    @property
+    def ratio_to_embedder(self) -> float | None:
+        """End-to-end seconds / the embedder's own seconds on the same texts: what the
+        pipeline adds on top of its embedder (1.0: nothing)."""
+        return self.seconds / self.embedder.seconds if self.embedder and self.embedder.seconds else None
+
+    @property
+    def embedder_share(self) -> float | None:
+        """The share of the run the embedder's own work on its texts accounts for."""
+        return self.embedder.seconds / self.seconds if self.embedder and self.seconds else None
 
     @property
     def model_calls(self) -> int:
@@ -141,8 +171,13 @@ class DistillBench:
         return price.cost(self.input_tokens, self.output_tokens)
 
     def to_json(self, prices: Mapping[str, Price] | None = None) -> dict:
+        rate = self.embedder
         return {**asdict(self), "database": self.database.to_json() if self.database else None,
-                "messages_per_s": self.messages_per_s, "model_calls": self.model_calls,
+                "messages_per_s": self.messages_per_s, "messages_per_second": self.messages_per_s,
+                "embedder_texts_per_second": rate.texts_per_second if rate else None,
+                "embedder_tokens_per_second": rate.tokens_per_second if rate else None,
+                "embedder_share": self.embedder_share, "ratio_to_embedder": self.ratio_to_embedder,
+                "target_ratio_to_embedder": EMBEDDER_TARGET_RATIO, "model_calls": self.model_calls,
                 "calls_per_1000_messages": self.per_1000_messages(self.model_calls),
                 "calls_per_session_day": self.per_session_day(self.model_calls),
                 "distillation_calls_per_session_day": self.per_session_day(self.distillation_calls),
@@ -153,6 +188,8 @@ class DistillBench:
                                                "per_session_day": self.per_session_day(self.cost_usd(price))}
                                        for model, price in (prices or {}).items()}}
 
+
+EMBEDDER_TARGET_RATIO = 1.25  # end-to-end at most this times the embedder's own time on the same texts
 
 # the stages whose steps make the calls of these purposes
 PURPOSES_BY_STAGE = {"conversation_segments": ("judge_segments",),
@@ -180,6 +217,13 @@ def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = 
                      f"| {per_k(sum(u.input_tokens for u in used)):,.0f} | {per_k(sum(u.output_tokens for u in used)):,.0f} |")
     lines.append(f"| **whole run** | {result.seconds:.1f} | {result.messages_per_s:,.0f} | {result.model_calls:,} "
                  f"| {per_k(result.model_calls):.1f} | {per_k(result.input_tokens):,.0f} | {per_k(result.output_tokens):,.0f} |")
+    if result.embedder is not None:
+        rate = result.embedder
+        tokens = f", {rate.tokens_per_second:,.0f} tokens/s" if rate.tokens_per_second is not None else ""
+        lines += ["", f"embedder {rate.model} alone on the run's {rate.texts:,} texts: {rate.seconds:.1f} s "
+                      f"({rate.texts_per_second:,.0f} texts/s{tokens}); {100 * (result.embedder_share or 0):.0f} % "
+                      f"of the run; end to end {result.ratio_to_embedder or 0:.2f}x the embedder's own time "
+                      f"(target at most {EMBEDDER_TARGET_RATIO}x)"]
     if result.usage:
         lines += ["", "| purpose | calls | calls per summarized session-day | input tokens per 1,000 messages "
                       "| output tokens per 1,000 messages | asked again (schema) | failed |",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from memory_pipelines.cli.common import CliError, UsageError, _connect_url, _positive_int
 from memory_pipelines.cli.serve import _serving_database
-from memory_pipelines.config import ConfigError, Settings
+from memory_pipelines.config import EMBED_BACKENDS, ConfigError, Settings
 
 
 def _benchmark_settings(settings: Settings) -> Settings:
@@ -29,7 +29,7 @@ def _benchmark_settings(settings: Settings) -> Settings:
 def cmd_bench_distill(args: argparse.Namespace, settings: Settings) -> int:
     if args.shards is not None:
         settings = replace(settings, shards=args.shards)
-    settings = _benchmark_settings(settings)
+    settings = _benchmark_settings(replace(settings, embed_backend=args.embedder))
     from assets.bench.distill import run_distill_benchmark
     from memory_pipelines.bench.distill import distill_markdown
     from memory_pipelines.generator import GeneratorConfig
@@ -248,6 +248,10 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
                              "(default MEMORY_SHARDS)")
         distill.add_argument("--executor", choices=("in_process", "dask"), default="in_process",
                              help="dask: the runs' steps on a local scheduler and two worker processes")
+        distill.add_argument("--embedder", choices=EMBED_BACKENDS, default="hashing",
+                             help="the run's embedder (default hashing: the pipeline without model time; local: "
+                                  "MiniLM, the default when the 'local' extra is installed; ollama and openai as "
+                                  "MEMORY_EMBED_* configure them), also timed alone on the run's texts")
         distill.add_argument("--json", action="store_true")
         if kind == "cost":
             distill.add_argument("--price-table", type=Path, default=None,

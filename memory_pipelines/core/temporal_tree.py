@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import date, datetime, time, timedelta
 from functools import cached_property
 
 from memory_pipelines.core.chunk_packing import Chunk
@@ -204,6 +204,47 @@ def _grouped_by_time(leaves: Sequence[TreeNode], group_keys: Sequence[Callable[[
             nodes += _attach(group, parent.node_key)
         level_nodes = parents
     return nodes + level_nodes
+
+
+def _next_month(day: date) -> date:
+    return date(day.year + day.month // 12, day.month % 12 + 1, 1)
+
+
+def period_end(node: TreeNode) -> datetime | None:
+    """When the period a scene or entity tree node groups ends (its day, its part of an ISO
+    week within a month, its month or year), in its own time zone; None for a node that
+    groups no period (a leaf, a session tree's node)."""
+    kind, _, period = node.node_key.partition(":")
+    if kind == "day":
+        end = date.fromisoformat(period) + timedelta(days=1)
+    elif kind == "week":
+        month, iso_week = period.split(":")
+        year, week = iso_week.split("-W")
+        end = min(date.fromisocalendar(int(year), int(week), 1) + timedelta(days=7),
+                  _next_month(date.fromisoformat(f"{month}-01")))
+    elif kind == "month":
+        end = _next_month(date.fromisoformat(f"{period}-01"))
+    elif kind == "year":
+        end = date(int(period) + 1, 1, 1)
+    else:
+        return None
+    return datetime.combine(end, time(), node.started_at.tzinfo)
+
+
+def open_periods(nodes: Sequence[TreeNode]) -> set[tuple[str, str]]:
+    """(tree key, node key) of the internal nodes whose period has not closed: no leaf of their
+    tree starts at or after its end (the user has not spoken since, in conversation time).
+    Judged from the tree alone, so a backfill and the same days run one by one agree."""
+    latest: dict[str, datetime] = {}
+    for n in nodes:
+        if n.level == 0:
+            latest[n.tree_key] = max(latest.get(n.tree_key, n.started_at), n.started_at)
+    found = set()
+    for n in nodes:
+        end = period_end(n) if n.level > 0 else None
+        if end is not None and (n.tree_key not in latest or latest[n.tree_key] < end):
+            found.add((n.tree_key, n.node_key))
+    return found
 
 
 def build_scene_tree(user_id: str, session_roots: Sequence[TreeNode]) -> list[TreeNode]:

@@ -144,6 +144,10 @@ class Embedder(ABC):
     @abstractmethod
     def _embed_batch(self, texts: list[str]) -> list[list[float]] | np.ndarray: ...
 
+    def count_tokens(self, texts: Sequence[str]) -> int | None:
+        """The tokens the model reads of `texts` (None when it is not known here)."""
+        return None
+
     def close(self) -> None:
         """Release connections (HTTP embedders)."""
 
@@ -171,6 +175,10 @@ class HashingEmbedder(Embedder):
             # any order, so a vector is the same to the last bit however it is summed
             matrix[row] = np.bincount(buckets, weights, minlength=self._dimension)
         return matrix
+
+    def count_tokens(self, texts: Sequence[str]) -> int:
+        """Its tokens are words."""
+        return sum(len(self._WORD.findall(text)) for text in texts)
 
 
 def _signed_bucket(feature: str, dimension: int) -> tuple[int, bool]:
@@ -257,6 +265,11 @@ class LocalEmbedder(Embedder):
         dimension = getattr(self._model, "get_embedding_dimension", None) or \
             self._model.get_sentence_embedding_dimension
         self._dimension = dimension()
+
+    def count_tokens(self, texts: Sequence[str]) -> int:
+        """Word pieces, as the model reads them: cut at its longest input."""
+        encoded = self._model.tokenizer(list(texts), truncation=True, max_length=self._model.max_seq_length)
+        return sum(len(ids) for ids in encoded["input_ids"])
 
     def _embed_batch(self, texts):
         return self._model.encode(texts, batch_size=self.config.batch_size, normalize_embeddings=True,

@@ -13,6 +13,7 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import search as search_db
+from memory_pipelines.shards import ALL_USERS, Shard
 from memory_pipelines.stages.common import Backends, Counts, StageReport, Window
 
 ASSET = "memory_embeddings"
@@ -21,6 +22,7 @@ ASSET = "memory_embeddings"
 EMBEDDED_TABLES = {"memory_facts": "facts_needing_embedding", "memory_chunks": "chunks_needing_embedding",
                    "knowledge_entries": "entries_needing_embedding", "memory_turns": "turns_needing_embedding"}
 PAGE_ROWS = 2048
+NO_MODEL = ""  # no row is embedded by it: the listings then name every row
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,24 @@ def _store_page(pool: ConnectionPool, table: str, ids: list[int], vectors: np.nd
         search_db.store_embeddings(conn, table, ids, vectors, model_id)
 
 
+def texts_embedded(pool: ConnectionPool, shard: Shard = ALL_USERS, page_rows: int = PAGE_ROWS) -> list[str]:
+    """Every text the stage embeds, as it reads them (each table's rows of no model), for
+    timing an embedder alone on the pipeline's own texts (`bench distill`)."""
+    texts: list[str] = []
+    for listing in EMBEDDED_TABLES.values():
+        after = 0
+        while rows := _rows_needing_embedding(pool, listing, NO_MODEL, after, page_rows, shard):
+            texts += [text for _, text, _ in rows]
+            after = rows[-1][0]
+    return texts
+
+
+def _rows_needing_embedding(pool: ConnectionPool, listing: str, model_id: str, after: int, limit: int,
+                            shard: Shard) -> list[tuple]:
+    with pool.connection() as conn:
+        return search_db.rows_needing_embedding(conn, listing, model_id, after, limit, shard)
+
+
 def run(pool: ConnectionPool, window: Window, settings: Settings,
         backends: Backends) -> StageReport[EmbeddingCounts]:
     """Embed what is missing or stale, page by page (each page its own transaction, so an
@@ -67,9 +87,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
         for table, listing in EMBEDDED_TABLES.items():
             after = 0
             while True:
-                with pool.connection() as conn:
-                    rows = search_db.rows_needing_embedding(conn, listing, embedder.model_id, after,
-                                                            settings.page_rows, window.shard)
+                rows = _rows_needing_embedding(pool, listing, embedder.model_id, after, settings.page_rows,
+                                               window.shard)
                 if not rows:
                     break
                 vectors = embedder.embed([text for _, text, _ in rows])

@@ -4,7 +4,7 @@ its chunks, so a day-by-day run ends the same), once for the whole window; then 
 trees of those sessions' users (and of users whose scene tree forget removed); then the
 entity trees of the users whose graph, entries or facts those days wrote. Unchanged nodes
 are left alone, so a new day rewrites only the nodes on its path (and, with a model back
-end, calls the model for those nodes only)."""
+end, calls the model for those nodes only, once their period has closed)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from memory_pipelines.stages.common import (
     NO_BACKENDS, Backends, CallContext, Counts, StageFailure, StageReport, Window, session_batches,
 )
 from memory_pipelines.core.temporal_tree import (
-    MAX_CHILDREN, TreeNode, build_entity_tree, build_scene_tree, build_session_tree,
+    MAX_CHILDREN, TreeNode, build_entity_tree, build_scene_tree, build_session_tree, open_periods,
 )
 
 ASSET = "memory_tree"
@@ -49,7 +49,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings = Settings(),
     """The trees the window's days changed. With a model back end as `writer`, each new or
     changed internal node's summary is written by one call from its children's (a node
     whose children's summaries did not change keeps its own; a node over one child takes its
-    child's); the rules back end's are the
+    child's; a day, week, month or year the user's memory has not yet moved past keeps its
+    extractive summary until it closes); the rules back end's are the
     extractive ones the trees are built with. A tree whose call failed is left as stored."""
     ctx = CallContext(window.run_id, ASSET)
     writer = backends.writer if isinstance(backends.writer, PromptedBackend) else None
@@ -111,6 +112,7 @@ def _summarized(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[st
     children: dict[tuple[str, str | None], list[TreeNode]] = {}
     for node in nodes:
         children.setdefault((node.tree_key, node.parent_key), []).append(node)
+    still_open = open_periods(nodes)
     done: dict[tuple[str, str], TreeNode] = {}
     failed: set[str] = set()
     calls = []
@@ -124,6 +126,11 @@ def _summarized(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[st
             # a node over one child says what the child says: condensing it would cost a call for nothing
             done[key] = replace(node, summary=below[0].summary, model=below[0].model,
                                 source_hash=below[0].source_hash)
+            continue
+        if key in still_open:
+            # a day, week, month or year still going on: its summary would be written again with
+            # each new day of it, so it keeps the extractive one until it has closed
+            done[key] = node
             continue
         parts = [c.summary for c in below]
         source = hashlib.sha256(json.dumps([writer.name, writer.model, writer.prompt_version(SUMMARIZE_NODE),

@@ -201,6 +201,34 @@ def test_a_model_back_end_writes_each_new_or_changed_internal_node_once(make_dat
         server.close()
 
 
+def test_a_week_is_summarized_by_the_model_once_the_user_has_moved_past_it(make_database, tmp_path):
+    folder = tmp_path / "bob"
+    shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder / "bob")
+    url = make_database()
+    server = FakeModelServer()
+    model = ModelResource(backend="ollama", base_url=server.url, model="fake-llm", retries=1, backoff_s=0.0)
+    resources = pipeline_resources(url, folder, llm=model, decision=model)
+    week, month = ("scene", "bob", "week:2026-10:2026-W41"), ("scene", "bob", "month:2026-10")
+
+    def written_by() -> dict[tuple, str]:
+        with psycopg.connect(url) as conn:
+            return {(kind, key, node): model for kind, key, node, model in conn.execute(
+                "SELECT tree_kind, tree_key, node_key, model FROM memory_tree WHERE level > 0")}
+
+    try:
+        # bob spoke on 2026-10-07 and 10-09, both in ISO week 41: the week is still going on
+        materialize_partitions(all_assets, ["2026-10-07", "2026-10-09"], url, folder, resources=resources)
+        assert written_by()[week] == "rules"
+        asked = len(server.by_purpose("summarize_node"))
+        # his session of Monday 2026-10-12 closes week 41 (one call for it), not October
+        materialize_partitions(all_assets, ["2026-10-12"], url, folder, resources=resources)
+        after = written_by()
+        assert after[week] == "fake-llm" and after[month] == "rules"
+        assert len(server.by_purpose("summarize_node")) > asked
+    finally:
+        server.close()
+
+
 def test_a_failed_node_summary_leaves_its_tree_as_stored_and_fails_the_step(make_database, tmp_path):
     folder = tmp_path / "bob"
     shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder / "bob")

@@ -9,15 +9,18 @@ import time
 
 import psycopg
 import pytest
+from psycopg import sql
 
-from assets.bench.distill import run_distill_benchmark
+from assets.bench.distill import BENCH_DATABASE, run_distill_benchmark
 from assets.partition_start import fixed_start
 from memory_pipelines.bench.distill import distill_markdown
 from memory_pipelines import config
 from memory_pipelines.bench.evidence_set import CATEGORIES
 from memory_pipelines.bench.retrieval import BUDGETS, EVIDENCE_ROWS
+from memory_pipelines.db.connection import with_database
 from memory_pipelines.db.queries import query
 from memory_pipelines.generator import GeneratorConfig, write_transcripts
+from memory_pipelines.stages.embeddings import EMBEDDED_TABLES
 from tests.integration.test_cli import cli
 
 TINY = GeneratorConfig(users=3, sessions=6, days=2, seed=7)
@@ -39,9 +42,19 @@ def test_bench_distill_measures_every_stage_offline(database_url, tmp_path):
     assert load.commits >= TINY.sessions and load.wal_bytes > 0 and load.deadlocks == 0
     assert load.server_cpu_seconds > 0 and load.machine_cpu_seconds >= load.server_cpu_seconds
     assert load.waiting_seconds("Lock") == sum(load.doing_seconds.get("Lock", {}).values())
+    # the embedder alone on every text the run embedded (issue 41)
+    rate = result.embedder
+    with psycopg.connect(with_database(database_url, BENCH_DATABASE)) as conn:
+        embedded = sum(conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE embedding IS NOT NULL").format(
+            sql.Identifier(table))).fetchone()[0] for table in EMBEDDED_TABLES)
+    assert rate.model.startswith("hashing:") and rate.texts == embedded > result.messages / 2
+    assert rate.tokens > rate.texts and 0 < rate.seconds < result.seconds
+    assert result.ratio_to_embedder == result.seconds / rate.seconds > 1
+    assert result.embedder_share == pytest.approx(1 / result.ratio_to_embedder)
     table = distill_markdown(result)
     assert "| **whole run** |" in table and "| memory_facts |" in table
     assert f"| commits | {load.commits:,} |" in table
+    assert f"alone on the run's {rate.texts:,} texts" in table
 
 
 def test_the_sampler_names_the_project_lock_a_connection_waits_on(database_url):

@@ -8,7 +8,8 @@ import pytest
 
 from memory_pipelines.core.chunk_packing import Chunk
 from memory_pipelines.core.temporal_tree import (
-    EntityItem, Span, build_entity_tree, build_scene_tree, build_session_tree, descend, sentences,
+    EntityItem, Span, build_entity_tree, build_scene_tree, build_session_tree, descend, open_periods, period_end,
+    sentences,
 )
 
 T0 = datetime(2026, 9, 28, 9, tzinfo=UTC)
@@ -77,6 +78,32 @@ def test_scene_tree_groups_sessions_by_day_week_within_the_month_and_month():
     assert {n.level for n in scene.values()} == {0, 1, 2, 3}
     assert scene["month:2026-10"].spans == (Span("c", 1, 4), Span("d", 1, 4))
     assert build_scene_tree("u1", []) == []
+
+
+def test_a_period_stays_open_until_a_leaf_of_its_tree_starts_after_it_ends():
+    def scene(*days: int) -> list:
+        roots = []
+        for day in days:
+            start = T0 + timedelta(days=day)  # T0: Monday 2026-09-28
+            roots += build_session_tree([Chunk(f"s{day}", "u1", 1, 2, start, start + timedelta(minutes=5),
+                                               f"User: day {day}.", 1, (f"d{day}",))])
+        return build_scene_tree("u1", roots)
+
+    nodes = by_key(scene(1, 2))
+    assert period_end(nodes["day:2026-09-29"]) == datetime(2026, 9, 30, tzinfo=UTC)
+    # the part of ISO week 40 in September ends with the month, before the week does
+    assert period_end(nodes["week:2026-09:2026-W40"]) == datetime(2026, 10, 1, tzinfo=UTC)
+    assert period_end(nodes["month:2026-09"]) == datetime(2026, 10, 1, tzinfo=UTC)
+    assert period_end(nodes["session:s1"]) is None
+    assert open_periods(list(nodes.values())) == {("u1", "day:2026-09-30"), ("u1", "week:2026-09:2026-W40"),
+                                                  ("u1", "month:2026-09")}
+    # a session on 2026-10-05 (week 41) closes September and its part of week 40, not week 41 or October
+    later = open_periods(scene(1, 2, 7))
+    assert later == {("u1", "day:2026-10-05"), ("u1", "week:2026-10:2026-W41"), ("u1", "month:2026-10")}
+    # the entity tree's years close the same way
+    years = build_entity_tree("u1", "api", [EntityItem("fact", str(i), datetime(2025 + i, 6, 1, tzinfo=UTC), (),
+                                                       f"fact {i}") for i in range(2)])
+    assert {k for _, k in open_periods(years)} == {"day:2026-06-01", "month:2026-06", "year:2026"}
 
 
 def test_summaries_are_the_sentences_of_what_was_said_never_tool_lines():
