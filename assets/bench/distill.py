@@ -230,16 +230,17 @@ def run_distill_benchmark(config: GeneratorConfig, settings: Settings, *, cost: 
 
 
 def embedder_alone(url: str, settings: Settings) -> EmbedderRate:
-    """The run's embedder on every text the run embedded, timed alone (after the run, in this
+    """The run's embedder on every distinct text the run embedded, timed alone (after the run, in this
     process: a local model is loaded once per process, so it is warm)."""
-    texts = embeddings.texts_embedded(get_pool(url))
+    rows = embeddings.texts_embedded(get_pool(url))
+    texts = list(dict.fromkeys(rows))
     embedder = build_embedder(embed_config(settings))
     try:
         embedder.embed(texts[:1])  # a remote embedder connects, a local one is loaded
         started = time.perf_counter()
         embedder.embed(texts)
         seconds = time.perf_counter() - started
-        return EmbedderRate(embedder.model_id, len(texts), embedder.count_tokens(texts), seconds)
+        return EmbedderRate(embedder.model_id, len(rows), len(texts), embedder.count_tokens(texts), seconds)
     finally:
         embedder.close()
 

@@ -90,7 +90,8 @@ class EmbedderRate:
     """The run's embedder alone on the texts the run embedded, in the same process after the
     run (its model loaded, its batch size), nothing else working."""
     model: str  # back end:model:dimension, as rows record it
-    texts: int
+    rows: int  # rows the run embedded
+    texts: int  # of their texts, distinct (what an embedder must embed: a repeated text is embedded once)
     tokens: int | None  # as the model reads them (words for hashing; None when unknown)
     seconds: float
 
@@ -220,7 +221,8 @@ def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = 
     if result.embedder is not None:
         rate = result.embedder
         tokens = f", {rate.tokens_per_second:,.0f} tokens/s" if rate.tokens_per_second is not None else ""
-        lines += ["", f"embedder {rate.model} alone on the run's {rate.texts:,} texts: {rate.seconds:.1f} s "
+        lines += ["", f"embedder {rate.model} alone on the run's {rate.texts:,} distinct texts (of "
+                      f"{rate.rows:,} rows): {rate.seconds:.1f} s "
                       f"({rate.texts_per_second:,.0f} texts/s{tokens}); {100 * (result.embedder_share or 0):.0f} % "
                       f"of the run; end to end {result.ratio_to_embedder or 0:.2f}x the embedder's own time "
                       f"(target at most {EMBEDDER_TARGET_RATIO}x)"]

@@ -122,12 +122,21 @@ class Embedder(ABC):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit vectors for `texts` (a row each, float64), in batches; remote batches can
-        pause between them."""
+        pause between them. A text given twice is embedded once, and texts are batched by
+        length (a batch is padded to its longest text), the rows returned in the order given."""
+        ordered = sorted(dict.fromkeys(texts), key=len)
+        vectors = self._embed_in_batches(ordered)
+        if not len(vectors):
+            return vectors
+        row = {text: i for i, text in enumerate(ordered)}
+        return vectors[[row[text] for text in texts]]
+
+    def _embed_in_batches(self, texts: list[str]) -> np.ndarray:
         batches: list[np.ndarray] = []
         for start in range(0, len(texts), self.config.batch_size):
             if start and self.config.pause_s:
                 time.sleep(self.config.pause_s)
-            batch = self._embed_batch(list(texts[start : start + self.config.batch_size]))
+            batch = self._embed_batch(texts[start : start + self.config.batch_size])
             if len(batch) != len(texts[start : start + self.config.batch_size]):
                 raise EmbeddingError(f"{self.name} returned {len(batch)} vectors for a batch of "
                                      f"{len(texts[start:start + self.config.batch_size])}")

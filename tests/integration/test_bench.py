@@ -47,14 +47,15 @@ def test_bench_distill_measures_every_stage_offline(database_url, tmp_path):
     with psycopg.connect(with_database(database_url, BENCH_DATABASE)) as conn:
         embedded = sum(conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE embedding IS NOT NULL").format(
             sql.Identifier(table))).fetchone()[0] for table in EMBEDDED_TABLES)
-    assert rate.model.startswith("hashing:") and rate.texts == embedded > result.messages / 2
+    assert rate.model.startswith("hashing:") and rate.rows == embedded > result.messages / 2
+    assert 0 < rate.texts <= rate.rows
     assert rate.tokens > rate.texts and 0 < rate.seconds < result.seconds
     assert result.ratio_to_embedder == result.seconds / rate.seconds > 1
     assert result.embedder_share == pytest.approx(1 / result.ratio_to_embedder)
     table = distill_markdown(result)
     assert "| **whole run** |" in table and "| memory_facts |" in table
     assert f"| commits | {load.commits:,} |" in table
-    assert f"alone on the run's {rate.texts:,} texts" in table
+    assert f"alone on the run's {rate.texts:,} distinct texts (of {rate.rows:,} rows)" in table
 
 
 def test_the_sampler_names_the_project_lock_a_connection_waits_on(database_url):

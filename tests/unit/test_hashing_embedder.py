@@ -24,3 +24,22 @@ def test_a_text_embeds_to_its_words_and_trigrams_in_order_and_repeats_are_the_sa
     first, again = embedder.embed(["ﬁle GO, File", "ﬁle GO, File"])
     assert first.tolist() == again.tolist() == _by_definition(features, 64)
     assert embedder.embed(["  "]).tolist() == [[0.0] * 64]  # no words: the zero vector, not a division by zero
+
+
+def test_a_repeated_text_is_embedded_once_batches_go_by_length_and_rows_keep_their_order():
+    class Counted(HashingEmbedder):
+        def __init__(self, config):
+            super().__init__(config)
+            self.batches: list[list[str]] = []
+
+        def _embed_batch(self, texts):
+            self.batches.append(list(texts))
+            return super()._embed_batch(texts)
+
+    embedder = Counted(EmbedConfig(backend="hashing", dimension=64, batch_size=2))
+    texts = ["a much longer text than the others", "ok", "ok thanks", "ok", "a much longer text than the others"]
+    rows = embedder.embed(texts)
+    assert embedder.batches == [["ok", "ok thanks"], ["a much longer text than the others"]]
+    alone = [HashingEmbedder(EmbedConfig(backend="hashing", dimension=64)).embed([t])[0].tolist() for t in texts]
+    assert rows.tolist() == alone
+    assert embedder.embed([]).shape == (0, 64)
