@@ -52,6 +52,10 @@ def test_bench_distill_measures_every_stage_offline(database_url, tmp_path):
     assert rate.tokens > rate.texts and 0 < rate.seconds < result.seconds
     assert result.ratio_to_embedder == result.seconds / rate.seconds > 1
     assert result.embedder_share == pytest.approx(1 / result.ratio_to_embedder)
+    figures = result.to_json()
+    assert (figures["messages_per_second"], figures["embedder_texts_per_second"], figures["ratio_to_embedder"],
+            figures["embedder_share"]) == (result.messages_per_s, rate.texts / rate.seconds, result.ratio_to_embedder,
+                                           result.embedder_share)
     table = distill_markdown(result)
     assert "| **whole run** |" in table and "| memory_facts |" in table
     assert f"| commits | {load.commits:,} |" in table
