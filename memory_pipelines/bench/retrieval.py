@@ -51,10 +51,11 @@ ABLATION_ROWS = {
     "unified - question parts": ServePolicy(split_questions=False),
     "unified - self statements first": ServePolicy(self_first="never"),
     "unified - chatter dropped": ServePolicy(drop_chatter=False),
-    "unified - all four": ServePolicy(TurnSearch(session_penalty=0.0), False, "never", False),
+    "unified - all five": ServePolicy(TurnSearch(session_penalty=0.0), False, "never", False, None),
     "unified, self statements first for every question": ServePolicy(self_first="always"),
     "unified, self statements first for questions about the person": ServePolicy(self_first="person"),
-    "unified, best turns alone": ServePolicy(how=TurnSearch(before=0, after=0)),
+    "unified - best turns alone within 1,440": ServePolicy(alone_within=None),
+    "unified, best turns alone at every budget": ServePolicy(how=TurnSearch(before=0, after=0)),
 }
 SETS = ("base", "year")  # the evidence set's questions: the first set, and the year of long conversations
 

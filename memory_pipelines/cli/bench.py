@@ -224,7 +224,8 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
                                 "widening, fusion)")
     retrieval.add_argument("--ablations", action="store_true",
                            help="also unified search without each choice that spreads its budget (session penalty, "
-                                "question parts, self statements first, chatter dropped), and with the alternatives "
+                                "question parts, self statements first, chatter dropped, best turns alone within 1,440 "
+                                "characters), and with the alternatives "
                                 "measured against them")
     retrieval.add_argument("--row", action="append", metavar="ROW",
                            help="measure only this row (repeatable; names as in the report, e.g. "

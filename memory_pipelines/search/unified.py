@@ -37,6 +37,9 @@ SELF_ENTRIES, SELF_SHARE = 40, 0.7
 # likely choices (`asks_about_person`), any in the first person ("how did my knee recover?"),
 # every question, none
 SELF_FIRST = ("person", "first-person", "always", "never")
+# within this many characters best turns are served alone: measured better at 720 and 1,440,
+# worse at 7,200 where the neighbours carry open-domain answers (docs/benchmarks.md)
+ALONE_WITHIN_CHARS = 1440
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,16 @@ class ServePolicy:
     split_questions: bool = True  # each part of a question searched on its own, the parts interleaved
     self_first: str = "first-person"  # which questions get the person's self statements first (SELF_FIRST)
     drop_chatter: bool = True  # greetings and echoes at a passage's edges are not served
+    # a budget this tight (characters; a token counted as 4) serves best turns without their
+    # neighbours (None: always widened)
+    alone_within: int | None = ALONE_WITHIN_CHARS
+
+    def how_within(self, budget: Budget) -> TurnSearch:
+        """The turn search for this budget: best turns alone when it is tight."""
+        chars = None if budget.limit is None else budget.limit * (1 if budget.unit == "chars" else 4)
+        if self.alone_within is not None and chars is not None and chars <= self.alone_within:
+            return replace(self.how, before=0, after=0)
+        return self.how
 
     def __post_init__(self) -> None:
         if self.self_first not in SELF_FIRST:
@@ -122,7 +135,8 @@ class UnifiedMemorySearch(MemorySearch):
             else:
                 prefer = (named.since, named.until) if named else None
                 parts = question_parts(text) if policy.split_questions else []
-                raw = interleave_hits([self.search_passages(part, user_id, session_id, k, policy.how, prefer=prefer,
+                raw = interleave_hits([self.search_passages(part, user_id, session_id, k, policy.how_within(budget),
+                                                            prefer=prefer,
                                                             include_forks=include_forks)
                                        for part in (text, *parts)], k)
             found["raw"] = raw

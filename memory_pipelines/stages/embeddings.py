@@ -4,7 +4,7 @@ user, where an exact scan of that user's rows is exact and faster than HNSW (mig
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +13,7 @@ import numpy as np
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import search as search_db
+from memory_pipelines.embed import Embedder
 from memory_pipelines.shards import ALL_USERS, Shard
 from memory_pipelines.stages.common import Backends, Counts, StageReport, Window
 
@@ -22,12 +23,14 @@ ASSET = "memory_embeddings"
 EMBEDDED_TABLES = {"memory_facts": "facts_needing_embedding", "memory_chunks": "chunks_needing_embedding",
                    "knowledge_entries": "entries_needing_embedding", "memory_turns": "turns_needing_embedding"}
 PAGE_ROWS = 2048
+REUSED_TEXTS = 20_000  # about 30 MB of vectors at 384 dimensions
 NO_MODEL = ""  # no row is embedded by it: the listings then name every row
 
 
 @dataclass(frozen=True)
 class Settings:
     page_rows: int = PAGE_ROWS  # rows read, embedded and written per transaction
+    reused_texts: int = REUSED_TEXTS  # vectors kept to reuse for a text met again in the run
 
 
 @dataclass
@@ -48,6 +51,29 @@ class EmbeddingCounts(Counts):
 # table -> how the metadata names its rows
 COUNTED_AS = {"memory_facts": "facts", "memory_chunks": "chunks", "knowledge_entries": "entries",
               "memory_turns": "turns"}
+
+
+class _Reused:
+    """The run's embedder, keeping the vectors of the newest `size` texts it embedded: a text
+    repeated on a later page (a fact many users state, the window of a stock reply) is
+    embedded once a run. Within a page the embedder itself embeds a text once."""
+
+    def __init__(self, embedder: Embedder, size: int):
+        self._embedder, self._size = embedder, size
+        self._kept: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        distinct = list(dict.fromkeys(texts))
+        found = {t: self._kept[t] for t in distinct if t in self._kept}
+        missing = [t for t in distinct if t not in found]
+        if missing:
+            found.update(zip(missing, self._embedder.embed(missing).astype(np.float32)))
+        for text in distinct:
+            self._kept[text] = found[text]
+            self._kept.move_to_end(text)
+        while len(self._kept) > self._size:
+            self._kept.popitem(last=False)
+        return np.stack([found[t] for t in texts])
 
 
 def _store_page(pool: ConnectionPool, table: str, ids: list[int], vectors: np.ndarray, model_id: str) -> None:
@@ -80,6 +106,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     days: what any run left unembedded (of the window's shard) is embedded now. A page is written while the next is
     read and embedded (the writer waits on the server, the embedder works in Python)."""
     embedder = backends.embedder
+    reused = _Reused(embedder, settings.reused_texts)
     counts = EmbeddingCounts(model=embedder.model_id)
     embedded_ids: dict[str, list[int]] = {table: [] for table in EMBEDDED_TABLES}
     with ThreadPoolExecutor(max_workers=1) as writer:
@@ -91,7 +118,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
                                                window.shard)
                 if not rows:
                     break
-                vectors = embedder.embed([text for _, text, _ in rows])
+                vectors = reused.embed([text for _, text, _ in rows])
                 if writing is not None:
                     writing.result()  # one page in flight: a failed write stops the run here
                 ids = [row_id for row_id, _, _ in rows]

@@ -4,9 +4,15 @@ nothing else; another model re-embeds everything, counted as re-embedded."""
 
 from __future__ import annotations
 
-from memory_pipelines.embed import EmbedConfig
+import psycopg
+from psycopg import sql
+
+from memory_pipelines.embed import EmbedConfig, HashingEmbedder
 from memory_pipelines.stages import embeddings
-from tests.stages.chain import SAMPLE_DAYS, rows, run_stage, run_upstream, scalar, table_contents, write_session
+from memory_pipelines.stages.common import Backends
+from tests.stages.chain import (
+    SAMPLE_DAYS, rows, run_stage, run_upstream, scalar, table_contents, window, write_session,
+)
 
 MODEL = "hashing:hashing-v1:384"
 VISIBLE = {"memory_facts": "merged_into IS NULL", "memory_chunks": "true", "knowledge_entries": "true",
@@ -72,3 +78,37 @@ def test_the_samples_rows_are_embedded_once_and_again_for_another_model(pool, da
     assert dict(other.embedded) == dict(other.re_embedded) == visible
     assert rows(database_url, "SELECT DISTINCT embedding_model, vector_dims(embedding) FROM memory_turns") == [
         ("hashing:hashing-v1:128", 128)]
+
+
+def test_a_text_met_again_on_a_later_page_is_embedded_once_a_run(pool, database_url, tmp_path):
+    class Counted(HashingEmbedder):
+        def __init__(self, config):
+            super().__init__(config)
+            self.texts: list[str] = []
+
+        def _embed_batch(self, texts):
+            self.texts += texts
+            return super()._embed_batch(texts)
+
+    # three users say the same: their turns' windows and facts repeat, on pages apart
+    for user in ("ann", "ben", "cy"):
+        write_session(tmp_path, f"s-{user}", user, [("user", "let's run api on port 8080"), ("assistant", "ok"),
+                                                    ("user", "and keep the logs for 30 days"), ("assistant", "ok")])
+    run_upstream(pool, "memory_embeddings", "2026-10-01", source=tmp_path)
+    texts = embeddings.texts_embedded(pool)
+    assert len(set(texts)) < len(texts)
+    for kept, expected in ((embeddings.REUSED_TEXTS, len(set(texts))), (0, None)):
+        counted = Counted(EmbedConfig())
+        with psycopg.connect(database_url) as conn:
+            for table in VISIBLE:
+                conn.execute(sql.SQL("UPDATE {} SET embedding = NULL, embedding_model = NULL").format(
+                    sql.Identifier(table)))
+        report = embeddings.run(pool, window("2026-10-01"), embeddings.Settings(page_rows=3, reused_texts=kept),
+                                Backends(embedder=counted))
+        assert sum(report.counts.embedded.values()) == len(texts)
+        if expected is not None:
+            assert sorted(counted.texts) == sorted(set(texts))  # each distinct text once
+            reused = table_contents(database_url)
+        else:  # nothing kept: a text repeated on another page is embedded again, to the same vector
+            assert len(set(texts)) < len(counted.texts) < len(texts)
+            assert table_contents(database_url) == reused
