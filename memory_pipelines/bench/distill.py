@@ -94,6 +94,7 @@ class EmbedderRate:
     texts: int  # of their texts, distinct (what an embedder must embed: a repeated text is embedded once)
     tokens: int | None  # as the model reads them (words for hashing; None when unknown)
     seconds: float
+    load_seconds: float = 0.0  # loading it, before the run (once per process), apart from both timings
 
     @property
     def texts_per_second(self) -> float:
@@ -222,8 +223,8 @@ def distill_markdown(result: DistillBench, prices: Mapping[str, Price] | None = 
         rate = result.embedder
         tokens = f", {rate.tokens_per_second:,.0f} tokens/s" if rate.tokens_per_second is not None else ""
         lines += ["", f"embedder {rate.model} alone on the run's {rate.texts:,} distinct texts (of "
-                      f"{rate.rows:,} rows): {rate.seconds:.1f} s "
-                      f"({rate.texts_per_second:,.0f} texts/s{tokens}); {100 * (result.embedder_share or 0):.0f} % "
+                      f"{rate.rows:,} rows): {rate.seconds:.1f} s ({rate.texts_per_second:,.0f} texts/s{tokens}; "
+                      f"loaded in {rate.load_seconds:.1f} s before the run); {100 * (result.embedder_share or 0):.0f} % "
                       f"of the run; end to end {result.ratio_to_embedder or 0:.2f}x the embedder's own time "
                       f"(target at most {EMBEDDER_TARGET_RATIO}x)"]
     if result.usage:
