@@ -123,7 +123,8 @@ def memory_turns(context: dg.AssetExecutionContext, postgres: PostgresResource) 
         "a scene tree of their sessions by day, week within the month, and month; per entity of a user's graph, "
         "an entity tree of the relations, entries and facts about it by day, month and year. Each node has its "
         "time span, seq spans and a summary: extractive (keys and key sentences) with the rules back end, one call "
-        "of the configured model per new or changed internal node otherwise. Built again for the sessions "
+        "of the configured model per new or changed internal node otherwise (a day, week, month or year once it "
+        "has closed: the tree holds a later leaf). Built again for the sessions "
         "whose chunks the day wrote and the users whose graph, entries or facts it wrote; unchanged nodes are "
         "left alone. `memory-pipelines tree show --user U [--session S | --entity E]`."
     ),

@@ -157,6 +157,9 @@ class Embedder(ABC):
         """The tokens the model reads of `texts` (None when it is not known here)."""
         return None
 
+    # whether embedding runs threads on every core of this machine (a local model)
+    uses_every_core = False
+
     def close(self) -> None:
         """Release connections (HTTP embedders)."""
 
@@ -258,6 +261,8 @@ def _load_sentence_transformer(path: str):
 
 class LocalEmbedder(Embedder):
     """A sentence-transformers model loaded from a local path, offline (HF_HUB_OFFLINE=1)."""
+
+    uses_every_core = True
 
     def __init__(self, config: EmbedConfig):
         super().__init__(config)

@@ -104,7 +104,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     """Embed what is missing or stale, page by page (each page its own transaction, so an
     interrupted run keeps what it finished); safe to run again. Not bound to the window's
     days: what any run left unembedded (of the window's shard) is embedded now. A page is written while the next is
-    read and embedded (the writer waits on the server, the embedder works in Python)."""
+    read and embedded (the writer waits on the server, the embedder works in Python), unless the
+    embedder's own threads use every core (a local model)."""
     embedder = backends.embedder
     reused = _Reused(embedder, settings.reused_texts)
     counts = EmbeddingCounts(model=embedder.model_id)
@@ -122,7 +123,12 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
                 if writing is not None:
                     writing.result()  # one page in flight: a failed write stops the run here
                 ids = [row_id for row_id, _, _ in rows]
-                writing = writer.submit(_store_page, pool, table, ids, vectors, embedder.model_id)
+                if embedder.uses_every_core:
+                    # its threads take both cores: a write beside them stalls them all (on 2 cores
+                    # the stage took 2.5-18 s more than the model alone, written in turn 1.5-2.7 s)
+                    _store_page(pool, table, ids, vectors, embedder.model_id)
+                else:
+                    writing = writer.submit(_store_page, pool, table, ids, vectors, embedder.model_id)
                 embedded_ids[table].extend(ids)
                 counts.embedded[table] += len(rows)
                 counts.re_embedded[table] += sum(1 for _, _, stale in rows if stale)
