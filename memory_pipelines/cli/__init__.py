@@ -71,8 +71,10 @@ def _server_log(settings: Settings):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if not args.verbose:  # a pool refilling while the server restarts: the command's own error says what happened
-        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    if not args.verbose:
+        # a pool refilling while the server restarts, a pipeline ended on a lost connection: the
+        # command's own error says what happened, in one line
+        logging.getLogger("psycopg").setLevel(logging.ERROR)
     try:
         settings, warnings = _process_settings(args.command, args.func in (cmd_config, cmd_doctor))
     except ConfigError as exc:
