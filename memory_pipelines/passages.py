@@ -261,6 +261,10 @@ class Budget:
     def cost(self, text: str) -> int:
         return len(text) if self.unit == "chars" else estimate_tokens(text)
 
+    def units(self, chars: int) -> int:
+        """`chars` characters of Latin text in this budget's unit."""
+        return chars if self.unit == "chars" else estimate_tokens("x" * chars)
+
     @property
     def room(self) -> int | None:
         return None if self.limit is None else self.limit - self.used
@@ -360,7 +364,7 @@ def fill_passages(passages: Sequence[Passage], budget: Budget, drop_chatter: boo
         p = without_chatter(p) if drop_chatter else p
         share = budget
         if budget.limit is not None and number < len(passages):
-            least = PASSAGE_LEAST_CHARS if budget.unit == "chars" else estimate_tokens("x" * PASSAGE_LEAST_CHARS)
+            least = budget.units(PASSAGE_LEAST_CHARS)
             share = Budget(min(budget.room, max(int(budget.limit * PASSAGE_SHARE), least)), budget.unit)
         fitted = fit_passage(p, share)
         if fitted is not None and budget.take(fitted.text):

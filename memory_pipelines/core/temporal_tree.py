@@ -183,21 +183,39 @@ def build_session_tree(chunks: Sequence[Chunk], max_children: int = MAX_CHILDREN
     return nodes + level_nodes
 
 
-def _week_key(moment: datetime) -> str:
-    """The part of the moment's ISO week within its month."""
-    year, week, _ = moment.isocalendar()
-    return f"week:{moment:%Y-%m}:{year}-W{week:02d}"
+def _midnight(day: date, like: datetime) -> datetime:
+    return datetime.combine(day, time(), like.tzinfo)
 
 
-def _grouped_by_time(leaves: Sequence[TreeNode], group_keys: Sequence[Callable[[datetime], str]]) -> list[TreeNode]:
-    """Leaves (in time order) under one level of parents per key function, each grouping
-    the level below by the key of its nodes' start (the last level: the top nodes)."""
+def _next_month(moment: datetime) -> datetime:
+    return _midnight(date(moment.year + moment.month // 12, moment.month % 12 + 1, 1), moment)
+
+
+@dataclass(frozen=True)
+class _Period:
+    """A level of a tree grouped by time: a moment's period (its node key) and when it ends."""
+    key: Callable[[datetime], str]
+    end: Callable[[datetime], datetime]
+
+
+_DAY = _Period(lambda t: f"day:{t:%Y-%m-%d}", lambda t: _midnight(t.date() + timedelta(days=1), t))
+# the part of the moment's ISO week within its month
+_WEEK_IN_MONTH = _Period(lambda t: f"week:{t:%Y-%m}:{t.isocalendar()[0]}-W{t.isocalendar()[1]:02d}",
+                         lambda t: min(_midnight(t.date() + timedelta(days=7 - t.weekday()), t), _next_month(t)))
+_MONTH = _Period(lambda t: f"month:{t:%Y-%m}", _next_month)
+_YEAR = _Period(lambda t: f"year:{t:%Y}", lambda t: _midnight(date(t.year + 1, 1, 1), t))
+PERIODS = {"scene": (_DAY, _WEEK_IN_MONTH, _MONTH), "entity": (_DAY, _MONTH, _YEAR)}  # by level, from 1
+
+
+def _grouped_by_time(leaves: Sequence[TreeNode], periods: Sequence[_Period]) -> list[TreeNode]:
+    """Leaves (in time order) under one level of parents per period, each grouping the level
+    below by the period of its nodes' start (the last level: the top nodes)."""
     nodes: list[TreeNode] = []
     level_nodes = list(leaves)
-    for level, group_key in enumerate(group_keys, start=1):
+    for level, period in enumerate(periods, start=1):
         groups: dict[str, list[TreeNode]] = {}
         for node in level_nodes:
-            groups.setdefault(group_key(node.started_at), []).append(node)
+            groups.setdefault(period.key(node.started_at), []).append(node)
         parents = [_parent(g, tree_kind=g[0].tree_kind, tree_key=g[0].tree_key, node_key=key, level=level,
                            position=i) for i, (key, g) in enumerate(groups.items())]
         for (_, group), parent in zip(groups.items(), parents, strict=True):
@@ -206,29 +224,12 @@ def _grouped_by_time(leaves: Sequence[TreeNode], group_keys: Sequence[Callable[[
     return nodes + level_nodes
 
 
-def _next_month(day: date) -> date:
-    return date(day.year + day.month // 12, day.month % 12 + 1, 1)
-
-
 def period_end(node: TreeNode) -> datetime | None:
     """When the period a scene or entity tree node groups ends (its day, its part of an ISO
     week within a month, its month or year), in its own time zone; None for a node that
     groups no period (a leaf, a session tree's node)."""
-    kind, _, period = node.node_key.partition(":")
-    if kind == "day":
-        end = date.fromisoformat(period) + timedelta(days=1)
-    elif kind == "week":
-        month, iso_week = period.split(":")
-        year, week = iso_week.split("-W")
-        end = min(date.fromisocalendar(int(year), int(week), 1) + timedelta(days=7),
-                  _next_month(date.fromisoformat(f"{month}-01")))
-    elif kind == "month":
-        end = _next_month(date.fromisoformat(f"{period}-01"))
-    elif kind == "year":
-        end = date(int(period) + 1, 1, 1)
-    else:
-        return None
-    return datetime.combine(end, time(), node.started_at.tzinfo)
+    periods = PERIODS.get(node.tree_kind, ())
+    return periods[node.level - 1].end(node.started_at) if 0 < node.level <= len(periods) else None
 
 
 def open_periods(nodes: Sequence[TreeNode]) -> set[tuple[str, str]]:
@@ -254,7 +255,7 @@ def build_scene_tree(user_id: str, session_roots: Sequence[TreeNode]) -> list[Tr
     leaves = sorted((TreeNode(user_id, "scene", user_id, f"session:{r.tree_key}", 0, None, 0, r.started_at,
                               r.ended_at, r.spans, r.keys, r.summary) for r in session_roots),
                     key=lambda n: (n.started_at, n.node_key))
-    return _grouped_by_time(leaves, (lambda t: f"day:{t:%Y-%m-%d}", _week_key, lambda t: f"month:{t:%Y-%m}"))
+    return _grouped_by_time(leaves, PERIODS["scene"])
 
 
 def entity_tree_key(user_id: str, entity: str) -> str:
@@ -268,8 +269,7 @@ def build_entity_tree(user_id: str, entity: str, items: Sequence[EntityItem]) ->
     leaves = sorted((TreeNode(user_id, "entity", key, f"{i.kind}:{i.key}", 0, None, 0, i.at, i.at, i.spans,
                               tuple(dict.fromkeys((entity, *i.keys)))[:NODE_KEYS], clip(i.text, SENTENCE_CHARS))
                      for i in items), key=lambda n: (n.started_at, n.node_key))
-    return _grouped_by_time(leaves, (lambda t: f"day:{t:%Y-%m-%d}", lambda t: f"month:{t:%Y-%m}",
-                                     lambda t: f"year:{t:%Y}"))
+    return _grouped_by_time(leaves, PERIODS["entity"])
 
 
 def node_score(node: TreeNode, words: set[str], hits: Mapping[str, Sequence[tuple[int, float]]]) -> float:

@@ -95,6 +95,8 @@ class SearchBase:
         return search_db.pipelined_rows(self.conn, statements)
 
     def _resolve(self, *plans: Plan) -> list[list[MemoryHit]]:
-        """The plans' statements in one round trip, then each plan's rows made into hits."""
-        results = iter(self._fetch([statement for plan in plans for statement in plan.statements]))
-        return [plan.hits([next(results) for _ in plan.statements]) for plan in plans]
+        """The plans' statements in one round trip, then each plan's rows made into hits; a
+        statement two plans share (the same object) runs once."""
+        unique = list({id(statement): statement for plan in plans for statement in plan.statements}.values())
+        rows = dict(zip(map(id, unique), self._fetch(unique)))
+        return [plan.hits([rows[id(statement)] for statement in plan.statements]) for plan in plans]

@@ -31,18 +31,25 @@ class KnowledgeSearch(SearchBase):
 
     def _knowledge(self, text: str, user_id: str | None, session_id: str | None, process: str | None, limit: int,
                    consent: str | None, at: datetime | None) -> Plan:
+        scope = self._scope(user_id)
         terms = query_terms(text)
-        params = self._knowledge_params(text, user_id, session_id, process, consent, at)
+        vector = self._vector(text, user_id)
+        params = {**scope, "session_id": session_id, "process": process, "consent": consent,
+                  "at": at or datetime.now().astimezone(), "tsquery": _tsquery(terms),
+                  "model": self.embedder.model_id if vector is not None else None,
+                  "vector": vector if vector is not None else np.zeros(1, dtype=np.float32)}
         statements = (("knowledge_search", params),
-                      ("graph_statements", {"all_users": params["all_users"], "user_ids": [user_id]}))
+                      ("graph_statements", {"all_users": scope["all_users"], "user_ids": [user_id]}))
         return Plan(statements, lambda results: self._knowledge_hits(
             results[0], [Triple(**row) for row in results[1]], terms, limit))
 
-    def _self_entries(self, text: str, user_id: str | None, session_id: str | None, limit: int) -> Plan:
+    @staticmethod
+    def _self_entries(text: str, knowledge: Plan, limit: int) -> Plan:
         """What the person said of themselves (entries tagged `self`), best first, without the
         knowledge tier's cutoff (only `SELF_MIN_SIMILARITY`): "would I enjoy a silent
         retreat?" shares no words and little meaning with "the best part of my week is the
-        hour before anyone wakes up"."""
+        hour before anyone wakes up". Read from the rows of the `knowledge` plan's search (its
+        statement, shared: it runs once)."""
         terms = query_terms(text)
 
         def ranked(results: list[list[dict]]) -> list[MemoryHit]:
@@ -52,16 +59,7 @@ class KnowledgeSearch(SearchBase):
             by_text = sorted((h for h in hits.values() if h.matched_terms), key=lambda h: (-h.matched_terms, h.id))
             return (fuse_rrf([by_vector, by_text]) if by_text else by_vector)[:limit]
 
-        return Plan((("knowledge_search", self._knowledge_params(text, user_id, session_id, None, None, None)),),
-                    ranked)
-
-    def _knowledge_params(self, text: str, user_id: str | None, session_id: str | None, process: str | None,
-                          consent: str | None, at: datetime | None) -> dict:
-        vector = self._vector(text, user_id)
-        return {**self._scope(user_id), "session_id": session_id, "process": process, "consent": consent,
-                "at": at or datetime.now().astimezone(), "tsquery": _tsquery(query_terms(text)),
-                "model": self.embedder.model_id if vector is not None else None,
-                "vector": vector if vector is not None else np.zeros(1, dtype=np.float32)}
+        return Plan(knowledge.statements[:1], ranked)
 
     @staticmethod
     def _knowledge_hits(rows: list[dict], triples: Sequence[Triple], terms: Sequence[str],

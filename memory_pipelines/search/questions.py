@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from memory_pipelines.rules.text import STOPWORDS
+from memory_pipelines.rules.text import content_words
 
 # where a question joins its parts: conjunctions, lists and comparisons
 _JOINS = re.compile(r"\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or|versus|vs\.?|as well as|compared (?:to|with)|"
@@ -25,17 +25,13 @@ _ABOUT_PERSON = re.compile(
     r"more likely)\b", re.IGNORECASE)
 
 
-def _content_words(text: str) -> list[str]:
-    return [w for w in re.findall(r"[\w'’-]+", text.casefold()) if w not in STOPWORDS["en"] and len(w) > 2]
-
-
 def question_parts(question: str) -> list[str]:
     """The parts a question joins, each with enough words to be searched on its own (at most
     `MAX_PARTS`); [] when it asks one thing. A framing word ("in common", "between") is left
     out of the parts: it names the relation, not what to find."""
     text = _FRAME.sub(" ", question.strip().rstrip("?!. "))
     parts = [p.strip() for p in _JOINS.split(text) if p and p.strip()]
-    parts = [p for p in parts if len(_content_words(p)) >= MIN_PART_WORDS]
+    parts = [p for p in parts if len(content_words(p)) >= MIN_PART_WORDS]
     return parts[:MAX_PARTS] if len(parts) > 1 else []
 
 

@@ -50,14 +50,13 @@ class ServePolicy:
     split_questions: bool = True  # each part of a question searched on its own, the parts interleaved
     self_first: str = "first-person"  # which questions get the person's self statements first (SELF_FIRST)
     drop_chatter: bool = True  # greetings and echoes at a passage's edges are not served
-    # a budget this tight (characters; a token counted as 4) serves best turns without their
+    # a budget this tight (characters, or the tokens they make) serves best turns without their
     # neighbours (None: always widened)
     alone_within: int | None = ALONE_WITHIN_CHARS
 
     def how_within(self, budget: Budget) -> TurnSearch:
         """The turn search for this budget: best turns alone when it is tight."""
-        chars = None if budget.limit is None else budget.limit * (1 if budget.unit == "chars" else 4)
-        if self.alone_within is not None and chars is not None and chars <= self.alone_within:
+        if self.alone_within is not None and budget.limit is not None and budget.limit <= budget.units(self.alone_within):
             return replace(self.how, before=0, after=0)
         return self.how
 
@@ -122,7 +121,7 @@ class UnifiedMemorySearch(MemorySearch):
         if scope in ("all", "knowledge"):
             plans["knowledge"] = self._knowledge(text, user_id, current_session_id, None, k, None, None)
         if self_first:
-            plans["self"] = self._self_entries(text, user_id, current_session_id, SELF_ENTRIES)
+            plans["self"] = self._self_entries(text, plans["knowledge"], SELF_ENTRIES)
         found = dict(zip(plans, self._resolve(*plans.values())))
         if self_first:  # each entry once, in the tier it comes first in
             found["knowledge"] = [h for h in found["knowledge"] if h.id not in {s.id for s in found["self"]}]

@@ -114,8 +114,15 @@ def test_what_the_person_said_of_themselves_comes_first_for_a_question_about_the
     """Issue 40: alice said in passing that she had been fighting her LSP setup; a question in
     the first person is served that clause, as an entry tagged `self` with lineage to its turn, before
     any passage. A question about the project ("we") is served passages first."""
-    search = UnifiedMemorySearch(conn, EMBEDDER)
+    class Sent(UnifiedMemorySearch):
+        def _fetch(self, statements):
+            sent.extend(name for name, _ in statements)
+            return super()._fetch(statements)
+
+    sent: list[str] = []
+    search = Sent(conn, EMBEDDER)
     hits = search.search("what have I been fighting with all week", user_id="alice", budget_chars=1440)
+    assert sent.count("knowledge_search") == 1  # the self tier reads the knowledge tier's rows
     order = [("self" if "self" in (h.tags or ()) else h.source_type) for h in hits]
     assert "self" in order and "raw" in order and order.index("self") < order.index("raw")
     said = next(h for h in hits if "self" in (h.tags or ()) and "LSP" in h.text)

@@ -167,47 +167,49 @@ def test_forest_recall_serves_passages_inside_the_leaves_it_reached_with_their_p
     embedder.close()
 
 
-def test_a_model_back_end_writes_each_new_or_changed_internal_node_once(make_database, tmp_path):
+@pytest.fixture
+def bob_on_a_model(make_database, tmp_path):
+    """bob's sample in a fresh database, with a fake model server as chat and decision model:
+    (database url, transcripts folder, the server, the run's resources)."""
     folder = tmp_path / "bob"
     shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder / "bob")
     url = make_database()
     server = FakeModelServer()
     model = ModelResource(backend="ollama", base_url=server.url, model="fake-llm", retries=1, backoff_s=0.0)
-    resources = pipeline_resources(url, folder, llm=model, decision=model)
     try:
-        # the day s-bob-0005 ends in two chunks: a session tree with a root, and the scene's day, week, month
-        materialize_partitions(all_assets, ["2026-10-09"], url, folder, resources=resources)
-        asked = server.by_purpose("summarize_node")
-        with psycopg.connect(url) as conn:
-            internal = conn.execute("""
-                SELECT n.tree_kind, n.model, n.summary, n.source_hash, array_agg(c.summary ORDER BY c.position)
-                FROM memory_tree n JOIN memory_tree c ON c.tree_kind = n.tree_kind AND c.tree_key = n.tree_key
-                                                     AND c.parent_key = n.node_key
-                WHERE n.level > 0 GROUP BY 1, 2, 3, 4, n.node_key""").fetchall()
-            logged = conn.execute("SELECT count(*) FROM llm_calls WHERE asset = 'memory_tree' "
-                                  "AND purpose = 'summarize_node' AND status = 'ok'").fetchone()[0]
-        # every internal node over several children is the model's, one call each; one over a single
-        # child says what its child says, with no call (the fake model distils no graph: no entity trees)
-        assert {kind for kind, *_ in internal} == {"session", "scene"}
-        condensed = [(m, s, h) for _, m, s, h, below in internal if len(below) > 1]
-        assert condensed and all(m == "fake-llm" and " parts, from: " in s and h for m, s, h in condensed)
-        assert all(s == below[0] for _, _, s, _, below in internal if len(below) == 1)
-        assert len(asked) >= len(condensed) and logged == len(asked)
-        before = _tree_rows_of(url)
-        materialize_partitions([memory_tree], ["2026-10-09"], url, folder, resources=resources)
-        assert len(server.by_purpose("summarize_node")) == len(asked)  # nothing changed: no call
-        assert _tree_rows_of(url) == before
+        yield url, folder, server, pipeline_resources(url, folder, llm=model, decision=model)
     finally:
         server.close()
 
 
-def test_a_week_is_summarized_by_the_model_once_the_user_has_moved_past_it(make_database, tmp_path):
-    folder = tmp_path / "bob"
-    shutil.copytree(SAMPLE_TRANSCRIPTS / "bob", folder / "bob")
-    url = make_database()
-    server = FakeModelServer()
-    model = ModelResource(backend="ollama", base_url=server.url, model="fake-llm", retries=1, backoff_s=0.0)
-    resources = pipeline_resources(url, folder, llm=model, decision=model)
+def test_a_model_back_end_writes_each_new_or_changed_internal_node_once(bob_on_a_model):
+    url, folder, server, resources = bob_on_a_model
+    # the day s-bob-0005 ends in two chunks: a session tree with a root, and the scene's day, week, month
+    materialize_partitions(all_assets, ["2026-10-09"], url, folder, resources=resources)
+    asked = server.by_purpose("summarize_node")
+    with psycopg.connect(url) as conn:
+        internal = conn.execute("""
+            SELECT n.tree_kind, n.model, n.summary, n.source_hash, array_agg(c.summary ORDER BY c.position)
+            FROM memory_tree n JOIN memory_tree c ON c.tree_kind = n.tree_kind AND c.tree_key = n.tree_key
+                                                 AND c.parent_key = n.node_key
+            WHERE n.level > 0 GROUP BY 1, 2, 3, 4, n.node_key""").fetchall()
+        logged = conn.execute("SELECT count(*) FROM llm_calls WHERE asset = 'memory_tree' "
+                              "AND purpose = 'summarize_node' AND status = 'ok'").fetchone()[0]
+    # every internal node over several children is the model's, one call each; one over a single
+    # child says what its child says, with no call (the fake model distils no graph: no entity trees)
+    assert {kind for kind, *_ in internal} == {"session", "scene"}
+    condensed = [(m, s, h) for _, m, s, h, below in internal if len(below) > 1]
+    assert condensed and all(m == "fake-llm" and " parts, from: " in s and h for m, s, h in condensed)
+    assert all(s == below[0] for _, _, s, _, below in internal if len(below) == 1)
+    assert len(asked) >= len(condensed) and logged == len(asked)
+    before = _tree_rows_of(url)
+    materialize_partitions([memory_tree], ["2026-10-09"], url, folder, resources=resources)
+    assert len(server.by_purpose("summarize_node")) == len(asked)  # nothing changed: no call
+    assert _tree_rows_of(url) == before
+
+
+def test_a_week_is_summarized_by_the_model_once_the_user_has_moved_past_it(bob_on_a_model):
+    url, folder, server, resources = bob_on_a_model
     week, month = ("scene", "bob", "week:2026-10:2026-W41"), ("scene", "bob", "month:2026-10")
 
     def written_by() -> dict[tuple, str]:
@@ -215,18 +217,15 @@ def test_a_week_is_summarized_by_the_model_once_the_user_has_moved_past_it(make_
             return {(kind, key, node): model for kind, key, node, model in conn.execute(
                 "SELECT tree_kind, tree_key, node_key, model FROM memory_tree WHERE level > 0")}
 
-    try:
-        # bob spoke on 2026-10-07 and 10-09, both in ISO week 41: the week is still going on
-        materialize_partitions(all_assets, ["2026-10-07", "2026-10-09"], url, folder, resources=resources)
-        assert written_by()[week] == "rules"
-        asked = len(server.by_purpose("summarize_node"))
-        # his session of Monday 2026-10-12 closes week 41 (one call for it), not October
-        materialize_partitions(all_assets, ["2026-10-12"], url, folder, resources=resources)
-        after = written_by()
-        assert after[week] == "fake-llm" and after[month] == "rules"
-        assert len(server.by_purpose("summarize_node")) > asked
-    finally:
-        server.close()
+    # bob spoke on 2026-10-07 and 10-09, both in ISO week 41: the week is still going on
+    materialize_partitions(all_assets, ["2026-10-07", "2026-10-09"], url, folder, resources=resources)
+    assert written_by()[week] == "rules"
+    asked = len(server.by_purpose("summarize_node"))
+    # his session of Monday 2026-10-12 closes week 41 (one call for it), not October
+    materialize_partitions(all_assets, ["2026-10-12"], url, folder, resources=resources)
+    after = written_by()
+    assert after[week] == "fake-llm" and after[month] == "rules"
+    assert len(server.by_purpose("summarize_node")) > asked
 
 
 def test_a_failed_node_summary_leaves_its_tree_as_stored_and_fails_the_step(make_database, tmp_path):

@@ -88,6 +88,10 @@ def test_local_embedder_loads_offline_and_is_semantic(monkeypatch):
         "pandas reads the decimal comma as text",
     ]))
     assert query @ port > query @ pandas + 0.15
+    # word pieces as the model reads them: more than the words, cut at its longest input (bench distill's tokens/s)
+    assert 9 < embedder.count_tokens(["switch ledger-api to port 9090 from now on"]) <= 20
+    assert embedder.count_tokens(["word " * 1000]) == embedder._model.max_seq_length
+    assert embedder.uses_every_core and not build_embedder(EmbedConfig()).uses_every_core
     import os
 
     assert os.environ["HF_HUB_OFFLINE"] == "1"
