@@ -14,7 +14,7 @@ from memory_pipelines.core.knowledge_entries import FUNCTIONAL_RELATIONS, EntryC
 from memory_pipelines.db.lifecycle import archive_rows, restore_archived, restore_reobserved
 from memory_pipelines.db.queries import query
 from memory_pipelines.db.rows import NO_CALL
-from memory_pipelines.records import Summary, shallow_fields
+from memory_pipelines.records import Summary, TimeWindow, shallow_fields
 from memory_pipelines.shards import Shard
 
 
@@ -27,10 +27,12 @@ def summaries_as_of_sessions(conn: psycopg.Connection, session_ids: Sequence[str
     return {session_id: (version, Summary.from_json(summary)) for session_id, version, summary in rows}
 
 
-def knowledge_source_fingerprints(conn: psycopg.Connection, session_ids: Sequence[str],
-                                  partition_key: str) -> dict[str, str]:
-    return dict(conn.execute(query("knowledge_source_fingerprints"), {"session_ids": list(session_ids),
-                                                                      "partition_key": partition_key}).fetchall())
+def knowledge_source_fingerprints(conn: psycopg.Connection,
+                                  session_days: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """(partition key, session) -> what that session-day's stored entries were synthesized from."""
+    rows = conn.execute(query("knowledge_source_fingerprints"), {
+        "partition_keys": [key for key, _ in session_days], "session_ids": [s for _, s in session_days]})
+    return {(key, session_id): fingerprint for key, session_id, fingerprint in rows}
 
 
 def forge_knowledge(conn: psycopg.Connection, entries: Sequence[tuple[EntryCandidate, dict]]) -> int:
@@ -126,9 +128,14 @@ def record_knowledge_sources(conn: psycopg.Connection, rows: Sequence[dict]) -> 
             cur.executemany(query("record_knowledge_source"), rows)
 
 
-def window_tool_sessions(conn: psycopg.Connection, start: datetime, end: datetime, shard: Shard) -> list[str]:
-    """The shard's sessions (forks left out) with a failed tool call in [start, end)."""
-    return [r[0] for r in conn.execute(query("window_tool_sessions"), {"start": start, "end": end, **shard.params})]
+def tool_failure_days(conn: psycopg.Connection, window: TimeWindow, shard: Shard) -> dict[str, list[str]]:
+    """Partition key -> the shard's sessions (forks left out) with a failed tool call that
+    day, for the days of `window` with one."""
+    days: dict[str, list[str]] = {}
+    for day, session_id in conn.execute(query("tool_failure_days"), {"start": window.start, "end": window.end,
+                                                                     **shard.params}):
+        days.setdefault(day, []).append(session_id)
+    return days
 
 
 def upsert_error_memory(conn: psycopg.Connection, rows: Sequence[dict]) -> None:

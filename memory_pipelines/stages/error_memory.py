@@ -24,11 +24,12 @@ class ErrorCounts(Counts):
 def run(pool: ConnectionPool, window: Window, settings: None = None,
         backends: Backends = NO_BACKENDS) -> StageReport[ErrorCounts]:
     report = StageReport(ErrorCounts())
-    for key, day in window.days(ASSET, only=window.active_days(pool)):
+    with pool.connection() as conn:  # one read for the range: most days have no failed call
+        failures = entries_db.tool_failure_days(conn, window.span, window.shard)
+    for key, day in window.days(ASSET, only=failures):
         with pool.connection() as conn, conn.transaction():
             rows = []
-            session_ids = entries_db.window_tool_sessions(conn, day.start, day.end, window.shard)
-            for session_id, messages in facts_chunks_db.sessions_messages(conn, session_ids, day.end).items():
+            for session_id, messages in facts_chunks_db.sessions_messages(conn, failures[key], day.end).items():
                 for fix in resolved_errors(messages):
                     rows.append({**shallow_fields(fix), "user_id": messages[0].user_id, "session_id": session_id,
                                  "expires_at": fix.observed_at + ERROR_TTL, "partition_key": key,

@@ -16,7 +16,7 @@ from memory_pipelines.db import entries as entries_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.core.knowledge_entries import EntryCandidate, RelationCandidate, prepare
 from memory_pipelines.stages.common import (
-    Backends, CallContext, Counts, StageReport, Window, chunk_spans, session_batches,
+    BATCH_SESSIONS, Backends, CallContext, Counts, StageReport, Window, chunk_spans,
 )
 
 ASSET = "knowledge_entries"
@@ -47,30 +47,29 @@ def synthesis_fingerprint(chunks: Sequence[summaries_db.DistilledChunk], setting
                                      sort_keys=True).encode()).hexdigest()
 
 
-def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, list[summaries_db.DistilledChunk]]], key: str,
+def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str, list[summaries_db.DistilledChunk]]],
                  ctx: CallContext, settings: Settings) -> StageReport[KnowledgeCounts]:
-    """One transaction for a batch of a day's sessions: lock them, read their stored
-    fingerprints and the messages their chunks read in one query each, validate the changed
-    session-days' entries and relations item by item, forge what holds."""
+    """One transaction for a batch of session-days (day, session, its chunks), in day order: lock
+    the sessions, read their stored fingerprints and the messages their chunks read in one query
+    each, validate the changed session-days' entries and relations item by item, forge what holds."""
     report = StageReport(KnowledgeCounts())
     counts = report.counts
-    ids = [session_id for session_id, _ in batch]
     with pool.connection() as conn, conn.transaction():
-        summaries_db.lock_sessions(conn, ids)
-        stored = entries_db.knowledge_source_fingerprints(conn, ids, key)
+        summaries_db.lock_sessions(conn, [session_id for _, session_id, _ in batch])
+        stored = entries_db.knowledge_source_fingerprints(conn, [(key, session_id) for key, session_id, _ in batch])
         pending = []
-        for session_id, chunks in batch:
+        for key, session_id, chunks in batch:
             fingerprint = synthesis_fingerprint(chunks, settings)
-            if stored.get(session_id) == fingerprint:
+            if stored.get((key, session_id)) == fingerprint:
                 counts.session_days_unchanged += 1  # these chunks were forged already
             else:
-                pending.append((session_id, chunks, fingerprint))
-        messages = summaries_db.chunks_kept_messages(conn, [c for _, chunks, _ in pending for c in chunks])
-        # every session's entries, triples and fingerprint written together: a few round trips a batch
+                pending.append((key, session_id, chunks, fingerprint))
+        messages = summaries_db.chunks_kept_messages(conn, [c for _, _, chunks, _ in pending for c in chunks])
+        # every session-day's entries, triples and fingerprint written together: a few round trips a batch
         entries: list[tuple[EntryCandidate, dict]] = []
         relations: list[tuple[RelationCandidate, dict]] = []
         sources: list[dict] = []
-        for session_id, chunks, fingerprint in pending:
+        for key, session_id, chunks, fingerprint in pending:
             found_count = 0
             for chunk, kept in chunk_spans(chunks, messages.get(session_id, [])):
                 if not kept:
@@ -105,9 +104,16 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     what it learns from them comes with a merge)."""
     ctx = CallContext(window.run_id, ASSET)
     report = StageReport(KnowledgeCounts())
+    # a batch holds several days' session-days, in day order: a long backfill's few sessions a
+    # day do not each pay a transaction's round trips
+    pending: list[tuple[str, str, list[summaries_db.DistilledChunk]]] = []
     for key, _ in window.days(ASSET, only=window.active_days(pool)):
         with pool.connection() as conn:
             by_session = summaries_db.distilled_chunks(conn, None, day=key, shard=window.shard)
-        for batch in session_batches(sorted(by_session.items())):
-            report.merge(_forge_batch(pool, batch, key, ctx, settings))
+        pending += [(key, session_id, chunks) for session_id, chunks in sorted(by_session.items())]
+        while len(pending) >= BATCH_SESSIONS:
+            report.merge(_forge_batch(pool, pending[:BATCH_SESSIONS], ctx, settings))
+            pending = pending[BATCH_SESSIONS:]
+    if pending:
+        report.merge(_forge_batch(pool, pending, ctx, settings))
     return report

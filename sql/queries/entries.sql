@@ -118,12 +118,14 @@ SET fix = EXCLUDED.fix, session_id = EXCLUDED.session_id, error_seq = EXCLUDED.e
     partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id
 WHERE EXCLUDED.observed_at > e.observed_at;
 
--- name: window_tool_sessions
--- (forks left out: what the user's memory learns from them comes with a merge)
-SELECT DISTINCT session_id FROM messages
+-- name: tool_failure_days
+-- The UTC days in [start, end) with a failed tool call, each with its sessions (forks left
+-- out: what the user's memory learns from them comes with a merge).
+SELECT DISTINCT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, session_id FROM messages
 WHERE ts >= %(start)s AND ts < %(end)s AND role = 'tool' AND (metadata ->> 'is_error')::boolean
   AND memory_shard(user_id, %(shards)s) = %(shard)s
-  AND NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = messages.session_id);
+  AND NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = messages.session_id)
+ORDER BY 1, 2;
 
 -- name: graph_relations
 -- One hop around an entity (or every triple), optionally valid at a moment.
@@ -137,8 +139,9 @@ ORDER BY CASE WHEN %(at)s::timestamptz IS NOT NULL THEN -confidence END, valid_f
 
 -- name: knowledge_source_fingerprints
 -- What each session-day's stored entries were synthesized from.
-SELECT session_id, fingerprint FROM knowledge_sources
-WHERE session_id = ANY(%(session_ids)s) AND partition_key = %(partition_key)s;
+SELECT k.partition_key, k.session_id, k.fingerprint
+FROM unnest(%(partition_keys)s::text[], %(session_ids)s::text[]) AS d(partition_key, session_id)
+JOIN knowledge_sources k USING (partition_key, session_id);
 
 -- name: summaries_as_of_sessions
 -- Each session's newest summary version up to the day (sessions without one left out).

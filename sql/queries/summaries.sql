@@ -209,8 +209,9 @@ ORDER BY v.session_id, v.version;
 
 -- name: chunks_kept_messages
 -- The messages of the chunks' seq spans that their distillation calls read: system messages
--- and what noise judging dropped left out; by session and seq (a session's chunks never overlap).
-SELECT m.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, m.source_file, m.source_line,
+-- and what noise judging dropped left out; by session and seq (a session's chunks of one day
+-- never overlap; versions of several days may, and a message is read once).
+SELECT DISTINCT ON (m.session_id, m.seq) m.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, m.source_file, m.source_line,
        m.agent_id, m.tool_name, m.tool_args, m.tool_call_id, m.metadata
 FROM unnest(%(session_ids)s::text[], %(firsts)s::bigint[], %(lasts)s::bigint[]) AS c(session_id, first_seq, last_seq)
 JOIN messages m ON m.session_id = c.session_id AND m.seq BETWEEN c.first_seq AND c.last_seq
