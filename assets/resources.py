@@ -138,6 +138,8 @@ class EmbedderResource(dg.ConfigurableResource):
     timeout_s: float = EmbedConfig.timeout_s
     retries: int = EmbedConfig.retries
     backoff_s: float = EmbedConfig.backoff_s
+    precision: str = EmbedConfig.precision
+    cache_dir: str = EmbedConfig.cache_dir
 
     @classmethod
     def from_config(cls, config: EmbedConfig) -> "EmbedderResource":

@@ -31,7 +31,8 @@ SAMPLE_BAD_INPUT = PACKAGE_DIR / "sample_data" / "bad_input"
 
 LLM_BACKENDS = ("ollama", "openai", "rules")
 JUDGING_SHARES = ("day", "user", "session")  # what one noise-judging call may hold
-EMBED_BACKENDS = ("ollama", "openai", "local", "hashing")
+EMBED_BACKENDS = ("ollama", "openai", "local", "onnx", "hashing")
+EMBED_PRECISIONS = ("fp32", "int8")  # the onnx embedder's weights
 CONSENT_BASES = ("legitimate_interest", "consent", "legal_obligation", "vital_interest", "public_task", "not_set")
 # The highest score navra's formula gives memory nobody searched: importance (at most 1)
 # with no boost. A threshold above it would archive everything old enough.
@@ -55,6 +56,11 @@ MANAGED_MARK = "# Managed by memory-pipelines"
 def dagster_home(home: Path) -> Path:
     """DAGSTER_HOME, default MEMORY_HOME/dagster."""
     return Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
+
+
+def embedder_cache(home: Path) -> Path:
+    """MEMORY_HOME/embedders: models an embedder made from installed weights (the onnx embedder's export)."""
+    return home / "embedders"
 
 
 
@@ -146,12 +152,15 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("MEMORY_PII_RETENTION_DAYS", integer(1), 180, "entries holding PII are archived after this many days"),
     Spec("MEMORY_EMBED_BACKEND", choice(*EMBED_BACKENDS), None, "the embedder",
          derived="local when its extra is installed, else hashing"),
-    Spec("MEMORY_EMBED_BASE_URL", TEXT, None, "embedding server URL (local: a model folder)",
+    Spec("MEMORY_EMBED_BASE_URL", TEXT, None, "embedding server URL (local, onnx: a model folder)",
          derived="the chat model's host when the back end is the same"),
     Spec("MEMORY_EMBED_MODEL", TEXT, None, "embedding model", derived="the back end's default"),
     Spec("MEMORY_EMBED_API_KEY", TEXT, None, "bearer token", secret=True),
     Spec("MEMORY_EMBED_DIM", integer(2, 65536), None, "dimension (hashing; OpenAI `dimensions`)",
          derived="the model's"),
+    Spec("MEMORY_EMBED_PRECISION", choice(*EMBED_PRECISIONS), "fp32",
+         "the onnx embedder's weights: fp32 as exported, or int8 (dynamically quantized per channel: faster, "
+         "vectors a little off the fp32 ones)"),
     Spec("MEMORY_EMBED_BATCH", integer(1, 4096), None, "texts per embedding request", derived="8 remote, 64 local"),
     Spec("MEMORY_EMBED_PAUSE", decimal(0), 0.0, "seconds between remote batches"),
     Spec("MEMORY_EMBED_TIMEOUT", decimal(0, low_open=True), 120.0, "seconds per embedding request"),

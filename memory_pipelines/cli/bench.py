@@ -251,8 +251,9 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
                              help="dask: the runs' steps on a local scheduler and two worker processes")
         distill.add_argument("--embedder", choices=EMBED_BACKENDS, default="hashing",
                              help="the run's embedder (default hashing: the pipeline without model time; local: "
-                                  "MiniLM, the default when the 'local' extra is installed; ollama and openai as "
-                                  "MEMORY_EMBED_* configure them), also timed alone on the run's texts")
+                                  "MiniLM, the default when the 'local' extra is installed; onnx: MiniLM through "
+                                  "ONNX Runtime, MEMORY_EMBED_PRECISION; ollama and openai as MEMORY_EMBED_* "
+                                  "configure them), also timed alone on the run's texts")
         distill.add_argument("--json", action="store_true")
         if kind == "cost":
             distill.add_argument("--price-table", type=Path, default=None,

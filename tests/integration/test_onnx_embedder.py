@@ -1,0 +1,103 @@
+"""The onnx embedder: MiniLM through ONNX Runtime, exported once from the weights the 'local'
+extra installs, against the torch (sentence-transformers) embedder on the same sentences."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from memory_pipelines.config import ConfigError, load
+from memory_pipelines.embed import EmbedConfig, build_embedder, embed_config
+
+pytest.importorskip("onnxruntime", reason="needs the 'local' extra (the CI test command installs it)")
+pytest.importorskip("sentence_transformers", reason="needs the 'local' extra (the CI test command installs it)")
+
+SENTENCES = [
+    "how do I change the port my web server listens on?",
+    "switch ledger-api to port 9090 from now on",
+    "pandas reads the decimal comma as text",
+    "ok",
+    "the deploy failed again because the staging database ran out of disk; I moved the WAL to the bigger volume "
+    "and restarted it, so retry the pipeline after lunch " * 12,  # past 256 word pieces: cut where torch cuts
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """Both precisions exported once for the module (about 10 s)."""
+    folder = tmp_path_factory.mktemp("embedders")
+    for precision in ("fp32", "int8"):
+        build_embedder(EmbedConfig(backend="onnx", model="all-MiniLM-L6-v2", precision=precision,
+                                   cache_dir=str(folder)))
+    return folder
+
+
+def onnx_embedder(cache, precision: str = "fp32"):
+    return build_embedder(EmbedConfig(backend="onnx", model="all-MiniLM-L6-v2", precision=precision,
+                                      cache_dir=str(cache)))
+
+
+def test_its_vectors_agree_with_the_torch_embedders(cache):
+    torch_vectors = build_embedder(EmbedConfig(backend="local", model="all-MiniLM-L6-v2")).embed(SENTENCES)
+    fp32, int8 = onnx_embedder(cache, "fp32"), onnx_embedder(cache, "int8")
+    fp32_cosines = np.einsum("ij,ij->i", fp32.embed(SENTENCES), torch_vectors)
+    int8_cosines = np.einsum("ij,ij->i", int8.embed(SENTENCES), torch_vectors)
+    assert fp32_cosines.min() > 0.9999, fp32_cosines  # the same arithmetic in another runtime
+    # measured 0.968 ("ok": the shortest text moves most) and 0.989 on average
+    assert int8_cosines.min() > 0.95 and int8_cosines.mean() > 0.98, int8_cosines
+    for embedder in (fp32, int8):
+        vectors = embedder.embed(SENTENCES)
+        assert vectors.shape == (len(SENTENCES), 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
+        query, port, pandas = vectors[:3]
+        assert query @ port > query @ pandas + 0.15
+
+
+def test_its_model_id_differs_from_the_torch_ones_and_by_precision(cache):
+    assert onnx_embedder(cache, "fp32").model_id == "onnx:all-MiniLM-L6-v2:384"
+    assert onnx_embedder(cache, "int8").model_id == "onnx:all-MiniLM-L6-v2-int8:384"
+    assert onnx_embedder(cache).uses_every_core
+
+
+def test_it_counts_tokens_as_the_torch_embedder_does(cache):
+    torch_embedder = build_embedder(EmbedConfig(backend="local", model="all-MiniLM-L6-v2"))
+    embedder = onnx_embedder(cache)
+    for texts in (SENTENCES, SENTENCES[:1], ["word " * 1000]):
+        assert embedder.count_tokens(texts) == torch_embedder.count_tokens(texts)
+    assert embedder.count_tokens(["word " * 1000]) == 256 and embedder.count_tokens([]) == 0
+
+
+def test_it_exports_once_and_a_later_process_reuses_the_file_without_torch(cache):
+    files = {path.name: path.stat().st_mtime_ns for path in cache.iterdir()}
+    assert sorted(name.rsplit("-", 1)[1] for name in files) == ["fp32.onnx", "int8.onnx"]  # no temporary left
+    code = ("import sys, json; from memory_pipelines.embed import EmbedConfig, build_embedder; "
+            f"e = build_embedder(EmbedConfig(backend='onnx', precision='int8', cache_dir={str(cache)!r})); "
+            "e.embed(['a sentence']); print(json.dumps(['torch' in sys.modules, 'transformers' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [False, False]
+    onnx_embedder(cache)
+    assert {path.name: path.stat().st_mtime_ns for path in cache.iterdir()} == files
+
+
+def test_settings_reach_it_and_its_cache_is_under_the_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMORY_HOME", str(tmp_path))
+    monkeypatch.setenv("MEMORY_EMBED_BACKEND", "onnx")
+    monkeypatch.setenv("MEMORY_EMBED_PRECISION", "int8")
+    config = embed_config(load())
+    assert (config.backend, config.model, config.precision) == ("onnx", "all-MiniLM-L6-v2", "int8")
+    assert config.batch_size == 64
+    assert config.cache_dir == str(tmp_path / "embedders")
+
+
+def test_a_model_folder_that_does_not_pool_by_the_mean_is_refused(tmp_path):
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "1_Pooling",
+                                                         "type": "sentence_transformers.models.Pooling"}]))
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
+    with pytest.raises(ConfigError, match="mean-pooling .* pools by pooling_mode_cls_token$"):
+        build_embedder(EmbedConfig(backend="onnx", base_url=str(tmp_path), cache_dir=str(tmp_path / "cache")))
+    assert not (tmp_path / "cache").exists()
