@@ -33,6 +33,7 @@ LLM_BACKENDS = ("ollama", "openai", "rules")
 JUDGING_SHARES = ("day", "user", "session")  # what one noise-judging call may hold
 EMBED_BACKENDS = ("ollama", "openai", "local", "onnx", "hashing")
 EMBED_PRECISIONS = ("fp32", "int8")  # the onnx embedder's weights
+LOCAL_EXTRA = "pip install 'memory-pipelines[local]'"  # what the local and onnx embedders need
 CONSENT_BASES = ("legitimate_interest", "consent", "legal_obligation", "vital_interest", "public_task", "not_set")
 # The highest score navra's formula gives memory nobody searched: importance (at most 1)
 # with no boost. A threshold above it would archive everything old enough.

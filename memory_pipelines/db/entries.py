@@ -13,7 +13,7 @@ from psycopg.rows import dict_row
 from memory_pipelines.core.knowledge_entries import FUNCTIONAL_RELATIONS, EntryCandidate, RelationCandidate
 from memory_pipelines.db.lifecycle import archive_rows, restore_archived, restore_reobserved
 from memory_pipelines.db.queries import query
-from memory_pipelines.db.rows import NO_CALL
+from memory_pipelines.db.rows import NO_CALL, grouped
 from memory_pipelines.records import Summary, TimeWindow, shallow_fields
 from memory_pipelines.shards import Shard
 
@@ -131,11 +131,8 @@ def record_knowledge_sources(conn: psycopg.Connection, rows: Sequence[dict]) -> 
 def tool_failure_days(conn: psycopg.Connection, window: TimeWindow, shard: Shard) -> dict[str, list[str]]:
     """Partition key -> the shard's sessions (forks left out) with a failed tool call that
     day, for the days of `window` with one."""
-    days: dict[str, list[str]] = {}
-    for day, session_id in conn.execute(query("tool_failure_days"), {"start": window.start, "end": window.end,
-                                                                     **shard.params}):
-        days.setdefault(day, []).append(session_id)
-    return days
+    return grouped(conn.execute(query("tool_failure_days"), {"start": window.start, "end": window.end,
+                                                            **shard.params}))
 
 
 def upsert_error_memory(conn: psycopg.Connection, rows: Sequence[dict]) -> None:

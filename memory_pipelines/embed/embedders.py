@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 
 from memory_pipelines.config import EMBED_BACKENDS as BACKENDS
-from memory_pipelines.config import EMBED_PRECISIONS, SPECS, ConfigError, Settings, embedder_cache
+from memory_pipelines.config import EMBED_PRECISIONS, LOCAL_EXTRA, SPECS, ConfigError, Settings, embedder_cache
 from memory_pipelines.embed import onnx_model
 from memory_pipelines.llm.config import DEFAULT_URLS, ModelConfig
 from memory_pipelines.llm.http import HttpCallError, post_json
@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODELS = {"ollama": "nomic-embed-text", "openai": "text-embedding-3-small", "local": "all-MiniLM-L6-v2",
                   "onnx": "all-MiniLM-L6-v2", "hashing": "hashing-v1"}
-LOCAL_EXTRA = "pip install 'memory-pipelines[local]'"
 HASHING_DIMENSION = 384
 
 

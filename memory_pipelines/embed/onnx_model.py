@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memory_pipelines.config import ConfigError
+from memory_pipelines.config import LOCAL_EXTRA, ConfigError
 
 OPSET = 17
 INPUTS = ("input_ids", "attention_mask")
@@ -81,7 +81,7 @@ def _export_fp32(folder: Path, target: Path) -> None:
         from transformers import AutoModel
     except ImportError:
         raise ConfigError("exporting the onnx embedder's model needs torch, transformers and onnx, in the 'local' "
-                          "extra: pip install 'memory-pipelines[local]'") from None
+                          f"extra: {LOCAL_EXTRA}") from None
     from onnxruntime.transformers.optimizer import optimize_model
 
     class MeanPooled(torch.nn.Module):
