@@ -39,11 +39,14 @@ def user_clocks(conn: psycopg.Connection, user_ids: Sequence[str], before: datet
 
 
 def judge_decay(conn: psycopg.Connection, as_of: datetime, settings: DecaySettings,
-                user_id: str | None = None, shard: Shard = ALL_USERS, run_id: str | None = None) -> list[DecayVerdict]:
+                user_id: str | None = None, shard: Shard = ALL_USERS, run_id: str | None = None,
+                changed_since: datetime | None = None) -> list[DecayVerdict]:
     """What decay would do to every knowledge entry and visible fact seen by `as_of` (of one
     user, given one; of the shard's users), each as of its user's newest message by then,
-    archiving nothing. Rows run `run_id` stored are kept."""
-    candidates = lifecycle_db.decay_candidates(conn, as_of, user_id, shard)
+    archiving nothing. Rows run `run_id` stored are kept. With `changed_since` (the moment
+    the same run judged before) only users whose clock moved since, and rows of no user: a
+    user's verdicts follow from their own clock and rows, which their messages alone move."""
+    candidates = lifecycle_db.decay_candidates(conn, as_of, user_id, shard, changed_since)
     users = sorted({c.user_id for c in candidates if c.user_id is not None})
     triples = lifecycle_db.graph_statements(conn, users, all_users=False)
     # a moment past as_of: the clock counts the message at as_of itself

@@ -94,13 +94,14 @@ def user_clocks(conn: psycopg.Connection, user_ids: Sequence[str], before: datet
                                                                          "before": before}) if ts is not None}
 
 
-def decay_candidates(conn: psycopg.Connection, as_of: datetime, user_id: str | None,
-                     shard: Shard) -> list[DecayCandidate]:
-    """Knowledge entries, then visible facts, seen by `as_of` (of one user, given one; of the shard's users)."""
+def decay_candidates(conn: psycopg.Connection, as_of: datetime, user_id: str | None, shard: Shard,
+                     changed_since: datetime | None = None) -> list[DecayCandidate]:
+    """Knowledge entries, then visible facts, seen by `as_of` (of one user, given one; of the
+    shard's users; with `changed_since`, only of users with a message after it, and rows of no user)."""
     with conn.cursor(row_factory=dict_row) as cur:
         return [DecayCandidate(**row) for listing in ("decay_knowledge_candidates", "decay_fact_candidates")
                 for row in cur.execute(query(listing), {"as_of": as_of, "user_id": user_id,
-                                                        **shard.params}).fetchall()]
+                                                        "changed_since": changed_since, **shard.params}).fetchall()]
 
 
 def graph_statements(conn: psycopg.Connection, user_ids: Sequence[str], all_users: bool) -> list[Triple]:

@@ -56,13 +56,15 @@ def decay_as_of(conn: psycopg.Connection, window_end: datetime, shard: Shard = A
 
 
 def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id: str,
-          settings: DecaySettings = DecaySettings(), shard: Shard = ALL_USERS) -> DecayReport:
+          settings: DecaySettings = DecaySettings(), shard: Shard = ALL_USERS,
+          changed_since: datetime | None = None) -> DecayReport:
     """Judge every knowledge entry and fact (of the shard's users) seen by `as_of`, each by
     its user's clock (`lifecycle.judge_decay`, `core.knowledge_entries.plan_decay`), and move
     to memory_archive what it archives (never what this run stored), and error memories past
-    their TTL."""
+    their TTL. With `changed_since` (this run judged as of it already) only the users who
+    wrote since: a long backfill's work grows with its messages, not with its days × users."""
     report = DecayReport(as_of=as_of)
-    verdicts = judge_decay(conn, as_of, settings, shard=shard, run_id=run_id)
+    verdicts = judge_decay(conn, as_of, settings, shard=shard, run_id=run_id, changed_since=changed_since)
     for table in ("knowledge_entries", "memory_facts"):
         moving = []
         for v in verdicts:
@@ -84,18 +86,23 @@ def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id:
 def run(pool: ConnectionPool, window: Window, settings: DecaySettings,
         backends: Backends = NO_BACKENDS) -> StageReport[DecayCounts]:
     counts = DecayCounts()
-    judged_as_of = None
     # a day without a message decays as of the same moment as the day before, which changes
     # nothing (decay is idempotent): only the first day and days with data
     active = window.active_days(pool) | {window.first}
     with pool.connection() as conn:
+        # the run's first day judges everyone (anything may have changed since the last run), and
+        # so does its last, which the report's score distribution describes; the days between
+        # only the users whose clock moved since the day judged before
+        last = decay_as_of(conn, window.span.end, window.shard)
+        judged_as_of = None
         for key, day in window.days(ASSET, only=active):  # each day as of its own newest message, in order
             as_of = decay_as_of(conn, day.end, window.shard)
             if as_of is None or as_of == judged_as_of:
                 continue  # nothing ingested yet, or no message since the day judged before
+            changed_since = None if as_of == last else judged_as_of
             judged_as_of = as_of
             with conn.transaction():
-                judged = decay(conn, as_of, key, window.run_id, settings, window.shard)
+                judged = decay(conn, as_of, key, window.run_id, settings, window.shard, changed_since)
             counts.as_of = judged.as_of.isoformat()
             counts.archived += sum(judged.archived.values())
             counts.archived_by_reason.update(judged.archived)

@@ -10,19 +10,25 @@ SELECT u.user_id, (SELECT max(m.ts) FROM messages m WHERE m.user_id = u.user_id 
 FROM unnest(%(user_ids)s::text[]) AS u(user_id);
 
 -- name: decay_knowledge_candidates
+-- With changed_since: only rows of no user and of users with a message after it (whose clock
+-- moved); the others' verdicts stand as judged then.
 SELECT 'knowledge_entries' AS source_table, id, entry_key AS key, user_id, title || ' ' || content AS text, importance,
        updated_at AS seen_at, access_count, last_accessed_at, valid_until, has_pii, run_id
 FROM knowledge_entries WHERE updated_at <= %(as_of)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
   AND memory_shard(user_id, %(shards)s) = %(shard)s
+  AND (%(changed_since)s::timestamptz IS NULL OR user_id IS NULL OR user_id IN (
+       SELECT m.user_id FROM messages m WHERE m.ts > %(changed_since)s AND m.ts <= %(as_of)s))
 ORDER BY id;
 
 -- name: decay_fact_candidates
--- Visible facts only: hidden rows go with their survivor.
+-- Visible facts only: hidden rows go with their survivor. changed_since as above.
 SELECT 'memory_facts' AS source_table, id, key, user_id, category || ' ' || key || ': ' || value AS text,
        (confidence / 100.0)::float8 AS importance, last_verified_at AS seen_at, access_count, last_accessed_at,
        expires_at AS valid_until, false AS has_pii, run_id
 FROM memory_facts WHERE merged_into IS NULL AND last_verified_at <= %(as_of)s
                    AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s) AND memory_shard(user_id, %(shards)s) = %(shard)s
+                   AND (%(changed_since)s::timestamptz IS NULL OR user_id IN (
+                        SELECT m.user_id FROM messages m WHERE m.ts > %(changed_since)s AND m.ts <= %(as_of)s))
 ORDER BY id;
 
 -- name: graph_statements

@@ -18,7 +18,8 @@ from assets.resources import LifecycleSettings
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.graph import reachable, relations
-from memory_pipelines.lifecycle import expire_pii_older_than, export_markdown, forget, pii_entries, restore
+from memory_pipelines.lifecycle import (expire_pii_older_than, export_markdown, forget, judge_decay, pii_entries,
+                                        restore)
 from memory_pipelines.search import MemorySearch, UnifiedMemorySearch
 from memory_pipelines.stages.decay import decay
 from tests.helpers import (EAGER_DECAY, content_fingerprints, materialization_metadata, materialize_partitions,
@@ -164,6 +165,24 @@ def test_error_memory_and_ttl_renewal(make_sample_database):
         report = decay(conn, datetime(2030, 1, 1, tzinfo=UTC), "2029-12-31", "test")
         assert report.archived["error_memory:ttl"] > 0
         assert conn.execute("SELECT count(*) FROM error_memory").fetchone()[0] == 0
+
+
+def test_decay_judges_again_only_the_users_who_wrote_since_it_last_judged(make_sample_database):
+    """A later day of the same run re-judges the users whose clock moved (and rows of no
+    user): theirs are the verdicts judging everyone gives, the others' stand."""
+    with psycopg.connect(make_sample_database()) as conn:
+        # since the user who wrote last least recently wrote last: everyone else wrote since
+        [(as_of, since)] = conn.execute("SELECT max(clock), min(clock) FROM (SELECT max(ts) AS clock FROM messages "
+                                        "GROUP BY user_id) AS clocks").fetchall()
+        wrote = {u for (u,) in conn.execute("SELECT DISTINCT user_id FROM messages WHERE ts > %s AND ts <= %s",
+                                            (since, as_of))}
+        everyone = judge_decay(conn, as_of, EAGER_DECAY.decay(), run_id="later")
+        again = judge_decay(conn, as_of, EAGER_DECAY.decay(), run_id="later", changed_since=since)
+    judged_users = {v.candidate.user_id for v in everyone}
+    assert wrote and wrote < judged_users  # some users wrote in those days, not all
+    assert {v.candidate.user_id for v in again} - {None} == wrote
+    assert [(v.candidate.id, v.reason, v.score) for v in again] == \
+        [(v.candidate.id, v.reason, v.score) for v in everyone if v.candidate.user_id in wrote | {None}]
 
 
 def test_decay_archives_restores_and_is_deterministic(make_database):

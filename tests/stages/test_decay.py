@@ -5,6 +5,7 @@ stored by the same run is taken, and judging the same moment again archives noth
 from __future__ import annotations
 
 from memory_pipelines.config import DecaySettings
+from memory_pipelines.db.connection import get_pool
 from tests.stages.chain import SAMPLE_DAYS, rows, run_stage, run_upstream, scalar, table_contents, write_session
 
 EAGER = DecaySettings(min_age_days=1)  # the two weeks of the sample are old enough then
@@ -55,6 +56,22 @@ def test_what_decayed_is_archived_as_counted_and_a_second_run_archives_nothing(p
     again = run_stage(pool, "memory_decay", SAMPLE_DAYS, run_id="again", settings=EAGER).counts
     assert (again.archived, again.as_of) == (0, counts.as_of) and again.archived_by_reason == {}
     assert table_contents(database_url) == before
+
+
+def test_a_range_archives_what_judging_everyone_each_day_archives(make_database):
+    """One run over the range re-judges on its middle days only the users who wrote since:
+    less work, and the same archive as runs of one day each, which judge everyone every day."""
+    pools = [get_pool(make_database()) for _ in range(2)]
+    for pool in pools:
+        run_upstream(pool, "memory_decay", SAMPLE_DAYS)
+    ranged = run_stage(pools[0], "memory_decay", SAMPLE_DAYS, run_id="range", settings=EAGER).counts
+    daily = [run_stage(pools[1], "memory_decay", day, run_id=f"day-{day}", settings=EAGER).counts
+             for day in SAMPLE_DAYS]
+    assert ranged.archived == sum(d.archived for d in daily) > 0
+    assert sum(ranged.kept_by_reason.values()) < sum(sum(d.kept_by_reason.values()) for d in daily)
+    tables = ["memory_archive", "knowledge_entries", "memory_facts", "error_memory"]
+    urls = [pool.conninfo for pool in pools]
+    assert table_contents(urls[0], tables) == table_contents(urls[1], tables)
 
 
 def test_nothing_the_same_run_stored_is_taken(pool, database_url):
