@@ -31,9 +31,9 @@ SAMPLE_BAD_INPUT = PACKAGE_DIR / "sample_data" / "bad_input"
 
 LLM_BACKENDS = ("ollama", "openai", "rules")
 JUDGING_SHARES = ("day", "user", "session")  # what one noise-judging call may hold
-EMBED_BACKENDS = ("ollama", "openai", "local", "onnx", "hashing")
+EMBED_BACKENDS = ("ollama", "openai", "local", "onnx", "model2vec", "hashing")
 EMBED_PRECISIONS = ("fp32", "int8")  # the onnx embedder's weights
-LOCAL_EXTRA = "pip install 'memory-pipelines[local]'"  # what the local and onnx embedders need
+LOCAL_EXTRA = "pip install 'memory-pipelines[local]'"  # what the local, onnx and model2vec embedders need
 CONSENT_BASES = ("legitimate_interest", "consent", "legal_obligation", "vital_interest", "public_task", "not_set")
 # The highest score navra's formula gives memory nobody searched: importance (at most 1)
 # with no boost. A threshold above it would archive everything old enough.
@@ -60,7 +60,8 @@ def dagster_home(home: Path) -> Path:
 
 
 def embedder_cache(home: Path) -> Path:
-    """MEMORY_HOME/embedders: models an embedder made from installed weights (the onnx embedder's export)."""
+    """MEMORY_HOME/embedders: models an embedder made from installed weights (the onnx embedder's export,
+    the model2vec embedder's distilled model)."""
     return home / "embedders"
 
 
@@ -153,11 +154,12 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("MEMORY_PII_RETENTION_DAYS", integer(1), 180, "entries holding PII are archived after this many days"),
     Spec("MEMORY_EMBED_BACKEND", choice(*EMBED_BACKENDS), None, "the embedder",
          derived="local when its extra is installed, else hashing"),
-    Spec("MEMORY_EMBED_BASE_URL", TEXT, None, "embedding server URL (local, onnx: a model folder)",
+    Spec("MEMORY_EMBED_BASE_URL", TEXT, None, "embedding server URL (local, onnx, model2vec: a model folder)",
          derived="the chat model's host when the back end is the same"),
     Spec("MEMORY_EMBED_MODEL", TEXT, None, "embedding model", derived="the back end's default"),
     Spec("MEMORY_EMBED_API_KEY", TEXT, None, "bearer token", secret=True),
-    Spec("MEMORY_EMBED_DIM", integer(2, 65536), None, "dimension (hashing; OpenAI `dimensions`)",
+    Spec("MEMORY_EMBED_DIM", integer(2, 65536), None,
+         "dimension (hashing; OpenAI `dimensions`; model2vec: its PCA's, 256 unless set, at most the model's)",
          derived="the model's"),
     Spec("MEMORY_EMBED_PRECISION", choice(*EMBED_PRECISIONS), "fp32",
          "the onnx embedder's weights: fp32 as exported, or int8 (dynamically quantized per channel: faster, "

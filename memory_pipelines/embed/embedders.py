@@ -1,8 +1,10 @@
 """Embedders: `ollama` (/api/embed), `openai` (any OpenAI-compatible /v1/embeddings),
 `local` (a sentence-transformers model from a local path, offline; the optional extra
 `local` ships all-MiniLM-L6-v2), `onnx` (the same model through ONNX Runtime, exported once
-from those weights; fp32 or int8) and `hashing` (deterministic feature hashing of words and
-character n-grams: lexical, no dependencies, for tests and as the last-resort default)."""
+from those weights; fp32 or int8), `model2vec` (a static model distilled once from those
+weights: a text is the mean of its tokens' vectors, no transformer at run time) and
+`hashing` (deterministic feature hashing of words and character n-grams: lexical, no
+dependencies, for tests and as the last-resort default)."""
 
 from __future__ import annotations
 
@@ -24,14 +26,14 @@ import numpy as np
 
 from memory_pipelines.config import EMBED_BACKENDS as BACKENDS
 from memory_pipelines.config import EMBED_PRECISIONS, LOCAL_EXTRA, SPECS, ConfigError, Settings, embedder_cache
-from memory_pipelines.embed import onnx_model
+from memory_pipelines.embed import model2vec_model, onnx_model
 from memory_pipelines.llm.config import DEFAULT_URLS, ModelConfig
 from memory_pipelines.llm.http import HttpCallError, post_json
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODELS = {"ollama": "nomic-embed-text", "openai": "text-embedding-3-small", "local": "all-MiniLM-L6-v2",
-                  "onnx": "all-MiniLM-L6-v2", "hashing": "hashing-v1"}
+                  "onnx": "all-MiniLM-L6-v2", "model2vec": "all-MiniLM-L6-v2", "hashing": "hashing-v1"}
 HASHING_DIMENSION = 384
 
 
@@ -52,7 +54,7 @@ class EmbedConfig:
     retries: int = SPECS["MEMORY_EMBED_RETRIES"].default
     backoff_s: float = SPECS["MEMORY_EMBED_BACKOFF"].default
     precision: str = SPECS["MEMORY_EMBED_PRECISION"].default  # onnx
-    cache_dir: str = ""  # onnx: where its exported model is kept (embed_config: MEMORY_HOME/embedders)
+    cache_dir: str = ""  # onnx, model2vec: where the model made from the weights is kept (MEMORY_HOME/embedders)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -311,6 +313,20 @@ def _usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def _model_folder_to_build_from(config: EmbedConfig, package: str, made: str) -> Path:
+    """The folder of weights an embedder makes its `made` model from once (kept in
+    config.cache_dir), after checking that `package` is installed and both folders are given."""
+    backend = config.backend
+    if importlib.util.find_spec(package) is None:
+        raise ConfigError(f"the {backend} embedder needs {package}, in the 'local' extra: {LOCAL_EXTRA}")
+    if not config.cache_dir:
+        raise ConfigError(f"the {backend} embedder needs a folder for its {made} model (EmbedConfig.cache_dir)")
+    folder = _model_folder(config)
+    if not folder.is_dir():
+        raise ConfigError(f"MEMORY_EMBED_BASE_URL={str(folder)!r} is not a model folder for the {backend} embedder")
+    return folder
+
+
 class OnnxEmbedder(Embedder):
     """A mean-pooling sentence-transformers model (default MiniLM, as `local`) through ONNX
     Runtime: exported once from the folder's weights into MEMORY_HOME/embedders (int8: then
@@ -320,13 +336,7 @@ class OnnxEmbedder(Embedder):
 
     def __init__(self, config: EmbedConfig):
         super().__init__(config)
-        if importlib.util.find_spec("onnxruntime") is None:
-            raise ConfigError(f"the onnx embedder needs onnxruntime, in the 'local' extra: {LOCAL_EXTRA}")
-        if not config.cache_dir:
-            raise ConfigError("the onnx embedder needs a folder for its exported model (EmbedConfig.cache_dir)")
-        folder = _model_folder(config)
-        if not folder.is_dir():
-            raise ConfigError(f"MEMORY_EMBED_BASE_URL={str(folder)!r} is not a model folder for the onnx embedder")
+        folder = _model_folder_to_build_from(config, "onnxruntime", "exported")
         onnx_model.check_mean_pooling(folder)
         model = onnx_model.exported_model(folder, Path(config.cache_dir), config.precision)
         self._session = onnx_model.load_session(str(model), _usable_cores())
@@ -347,6 +357,32 @@ class OnnxEmbedder(Embedder):
         return self._session.run(None, onnx_model.encoded(self._tokenizer, texts))[0]
 
 
+class Model2VecEmbedder(Embedder):
+    """A static model distilled by model2vec from a sentence-transformers folder's weights
+    (default MiniLM, as `local`) once into MEMORY_HOME/embedders: PCA to MEMORY_EMBED_DIM
+    dimensions (default 256), SIF-weighted token vectors; a text's vector is the mean of its
+    tokens' (the folder's own word pieces, up to model2vec's 512). Numpy only at run time."""
+
+    def __init__(self, config: EmbedConfig):
+        super().__init__(config)
+        folder = _model_folder_to_build_from(config, "model2vec", "distilled")
+        pca_dims = config.dimension or model2vec_model.DEFAULT_PCA_DIMS
+        widest = model2vec_model.hidden_size(folder)
+        if widest and pca_dims > widest:
+            raise ConfigError(f"MEMORY_EMBED_DIM={pca_dims} is more than the {widest} dimensions of {folder.name}, "
+                              "the most the model2vec embedder's PCA can keep")
+        model = model2vec_model.distilled_model(folder, Path(config.cache_dir), pca_dims)
+        self._model = model2vec_model.load_static_model(str(model))
+        self._dimension = self._model.dim
+
+    def count_tokens(self, texts: Sequence[str]) -> int:
+        """Word pieces, as the model reads them: cut at its longest input (model2vec's 512)."""
+        return sum(len(ids) for ids in self._model.tokenize(list(texts))) if texts else 0
+
+    def _embed_batch(self, texts):
+        return self._model.encode(texts, batch_size=len(texts) or 1, use_multiprocessing=False)
+
+
 def build_embedder(config: EmbedConfig) -> Embedder:
     return {"hashing": HashingEmbedder, "ollama": OllamaEmbedder, "openai": OpenAIEmbedder,
-            "local": LocalEmbedder, "onnx": OnnxEmbedder}[config.backend](config)
+            "local": LocalEmbedder, "onnx": OnnxEmbedder, "model2vec": Model2VecEmbedder}[config.backend](config)

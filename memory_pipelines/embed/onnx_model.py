@@ -24,17 +24,17 @@ INPUTS = ("input_ids", "attention_mask")
 EXPORT_VERSION = f"opset{OPSET}-mean-fused1"
 
 
-def _folder_json(folder: Path, name: str) -> dict:
+def folder_json(folder: Path, name: str) -> dict:
     path = folder / name
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def check_mean_pooling(folder: Path) -> None:
     """The exported graph pools by the mean of the tokens, as MiniLM does: refuse a folder that pools otherwise."""
-    modules = _folder_json(folder, "modules.json")
+    modules = folder_json(folder, "modules.json")
     pooling = next((m["path"] for m in modules if isinstance(m, dict) and m.get("type", "").endswith(".Pooling")),
                    None) if isinstance(modules, list) else None
-    modes = {key for key, on in _folder_json(folder / pooling, "config.json").items()
+    modes = {key for key, on in folder_json(folder / pooling, "config.json").items()
              if key.startswith("pooling_mode_") and on} if pooling else set()
     if modes != {"pooling_mode_mean_tokens"}:
         raise ConfigError(f"the onnx embedder runs mean-pooling sentence-transformers models; {folder} pools by "
@@ -43,13 +43,14 @@ def check_mean_pooling(folder: Path) -> None:
 
 def max_seq_length(folder: Path) -> int:
     """The longest input, as sentence-transformers cuts it (256 for MiniLM; its tokenizer.json says 128)."""
-    declared = _folder_json(folder, "sentence_bert_config.json").get("max_seq_length")
-    return int(declared or _folder_json(folder, "config.json").get("max_position_embeddings", 512))
+    declared = folder_json(folder, "sentence_bert_config.json").get("max_seq_length")
+    return int(declared or folder_json(folder, "config.json").get("max_position_embeddings", 512))
 
 
-def _weights_digest(folder: Path) -> str:
-    """The folder's model as content: another model (or other weights) gets another cache file."""
-    digest = hashlib.sha256(EXPORT_VERSION.encode())
+def weights_digest(folder: Path, version: str = EXPORT_VERSION) -> str:
+    """The folder's model as content, with how its file is made (`version`): another model,
+    other weights or other settings get another cache file."""
+    digest = hashlib.sha256(version.encode())
     files = sorted([folder / "config.json", *folder.glob("*.safetensors"), *folder.glob("*.bin")])
     if not any(path.suffix in (".safetensors", ".bin") for path in files):
         raise ConfigError(f"no model weights (*.safetensors, *.bin) in {folder}")
@@ -111,7 +112,7 @@ def _export_fp32(folder: Path, target: Path) -> None:
                               output_names=["sentence_embedding"], opset_version=OPSET, dynamo=False,
                               dynamic_axes={**{name: {0: "batch", 1: "tokens"} for name in INPUTS},
                                             "sentence_embedding": {0: "batch"}})
-        shape = _folder_json(folder, "config.json")
+        shape = folder_json(folder, "config.json")
         optimize_model(str(exported), model_type="bert", num_heads=shape.get("num_attention_heads", 0),
                        hidden_size=shape.get("hidden_size", 0)).save_model_to_file(str(target))
 
@@ -129,7 +130,7 @@ def _quantize_int8(source: Path, target: Path) -> None:
 def exported_model(folder: Path, cache: Path, precision: str) -> Path:
     """The ONNX file of `folder`'s model at `precision` in `cache`, made on first use
     (a few seconds) and reused after."""
-    target = cache / f"{folder.name}-{_weights_digest(folder)}-{precision}.onnx"
+    target = cache / f"{folder.name}-{weights_digest(folder)}-{precision}.onnx"
     if target.is_file():
         return target
     if precision == "int8":

@@ -36,7 +36,7 @@ def test_every_default_is_a_value_its_own_spec_accepts():
     ("MEMORY_LLM_BACKEND", "gpt", "one of ollama, openai, rules"),
     ("MEMORY_LLM_BASE_URL", "localhost:11434", "an http:// or https:// URL"),
     ("MEMORY_DECISION_RETRIES", "-1", "an integer from 0 to 20"),
-    ("MEMORY_EMBED_BACKEND", "word2vec", "one of ollama, openai, local, onnx, hashing"),
+    ("MEMORY_EMBED_BACKEND", "word2vec", "one of ollama, openai, local, onnx, model2vec, hashing"),
     ("MEMORY_EMBED_PRECISION", "int4", "one of fp32, int8"),
     ("MEMORY_CONSENT_BASIS", "because", "one of legitimate_interest"),
     ("MEMORY_PII_SANITIZE", "maybe", "1/0, true/false, yes/no or on/off"),
