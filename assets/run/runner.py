@@ -100,6 +100,13 @@ def ensure_dagster_home(home: Path, database_url: str | None = None, *,
         os.replace(partial, config)
     # handed to Dagster: its instance here and the processes it starts find their storage by it
     os.environ["DAGSTER_HOME"] = str(folder)
+    if database_url:
+        # Dagster makes its tables when an instance first opens its storage; two runs starting
+        # at once would both make them, so one at a time, before any run (or shard worker)
+        with psycopg.connect(database_url) as conn:
+            schema_db.lock_dagster_storage(conn)
+            with dg.DagsterInstance.from_config(str(folder)) as instance:
+                instance.get_runs(limit=1)
     # One "materialization planned" event per asset for a ranged run instead of one per asset
     # and day (each its own commit: 4 of the 6.8 minutes of a 722-day run went there). The
     # days a run materializes still show materialized; a failed ranged run's days show missing

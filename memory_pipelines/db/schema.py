@@ -44,6 +44,11 @@ def create_dagster_schema(conn: psycopg.Connection, schema: str) -> None:
     conn.execute(sql.SQL(query("create_dagster_schema")).format(schema=sql.Identifier(schema)))
 
 
+def lock_dagster_storage(conn: psycopg.Connection) -> None:
+    """Wait for, then hold to the transaction's end, the lock under which Dagster's tables are made."""
+    conn.execute(query("lock_dagster_storage"))
+
+
 def table_sizes(conn: psycopg.Connection) -> dict[str, int]:
     """Bytes per table of the pipeline's schema, with indexes and TOAST, by table name."""
     return dict(conn.execute(query("table_sizes")).fetchall())

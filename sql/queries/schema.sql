@@ -37,6 +37,11 @@ ORDER BY table_name;
 SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.dagster_schema'));
 CREATE SCHEMA IF NOT EXISTS {schema};
 
+-- name: lock_dagster_storage
+-- Held (to the transaction's end) while an instance makes Dagster's tables: two processes
+-- making them at once collide ("type ... already exists").
+SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.dagster_storage'));
+
 -- name: table_sizes
 -- Bytes per table of the pipeline's schema, with indexes and TOAST.
 SELECT c.relname, pg_total_relation_size(c.oid)
