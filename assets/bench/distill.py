@@ -189,9 +189,8 @@ def run_distill_benchmark(config: GeneratorConfig, settings: Settings, *, cost: 
             with ExitStack() as stack:
                 ensure_dagster_home(settings.home, url, max_concurrent_runs=settings.max_concurrent_runs)
                 # set-up, not distillation, stays outside the timing: migrations, Dagster's
-                # storage, the dask cluster, loading the embedder
+                # storage (made above), the dask cluster, loading the embedder
                 get_pool(url)
-                dg.DagsterInstance.get()
                 expectations.prepare()
                 loading = _embedder_load_seconds(run)
                 if executor == "dask":

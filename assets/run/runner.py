@@ -13,7 +13,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from functools import partial
@@ -100,13 +100,14 @@ def ensure_dagster_home(home: Path, database_url: str | None = None, *,
         os.replace(partial, config)
     # handed to Dagster: its instance here and the processes it starts find their storage by it
     os.environ["DAGSTER_HOME"] = str(folder)
-    if database_url:
-        # Dagster makes its tables when an instance first opens its storage; two runs starting
-        # at once would both make them, so one at a time, before any run (or shard worker)
-        with psycopg.connect(database_url) as conn:
-            schema_db.lock_dagster_storage(conn)
-            with dg.DagsterInstance.from_config(str(folder)) as instance:
-                instance.get_runs(limit=1)
+    # Dagster makes its tables when an instance first opens its storage; two runs (or a run's
+    # shard workers) starting at once would both make them, so here, before any run, and on
+    # PostgreSQL one process at a time
+    with ExitStack() as stack:
+        if database_url:
+            schema_db.lock_dagster_storage(stack.enter_context(psycopg.connect(database_url)))
+        with dg.DagsterInstance.from_config(str(folder)) as instance:
+            instance.get_runs(limit=1)
     # One "materialization planned" event per asset for a ranged run instead of one per asset
     # and day (each its own commit: 4 of the 6.8 minutes of a 722-day run went there). The
     # days a run materializes still show materialized; a failed ranged run's days show missing
@@ -416,7 +417,6 @@ def run_shards(keys: Sequence[str], settings: Settings, shards: Sequence[int], p
             ran.append(run_range(keys, settings, echo if show_steps else _silent, shard))
         return ran
     echo(f"{keys[0]} .. {keys[-1]} ({len(keys)} days): {len(shards)} shard runs, {parallel} at a time")
-    dg.DagsterInstance.get().get_runs(limit=1)  # Dagster's tables made here, not raced for by the workers
     ran, failed = [], []
     # each worker defines the assets from `settings` before the task's module imports them
     with ProcessPoolExecutor(max_workers=parallel, mp_context=multiprocessing.get_context("spawn"),

@@ -64,6 +64,13 @@ def lock_users(conn: psycopg.Connection, user_ids: Sequence[str]) -> None:
     conn.execute(query("lock_users"), {"user_ids": list(user_ids)})
 
 
+def try_lock_sessions_and_users(conn: psycopg.Connection, session_ids: Sequence[str],
+                                user_ids: Sequence[str]) -> bool:
+    """The sessions' and users' locks if no other transaction holds one: whether all were taken."""
+    return conn.execute(query("try_lock_sessions_and_users"),
+                        {"session_ids": list(session_ids), "user_ids": list(user_ids)}).fetchone()[0]
+
+
 # --- facts -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -93,10 +100,12 @@ class StoredFact:
 
 
 def sessions_due_for_extraction(conn: psycopg.Connection, end: datetime, stale_before: datetime,
-                                shard: Shard = ALL_USERS) -> list[DueSession]:
+                                shard: Shard = ALL_USERS, fresh_since: datetime | None = None) -> list[DueSession]:
+    """Sessions due as of `end`; with `fresh_since`, only those with a message sent between
+    it and `stale_before` (the others were due, and taken, earlier)."""
     with conn.cursor(row_factory=class_row(DueSession)) as cur:
-        return cur.execute(query("sessions_due_for_extraction"),
-                           {"end": end, "stale_before": stale_before, **shard.params}).fetchall()
+        return cur.execute(query("sessions_due_for_extraction"), {
+            "end": end, "stale_before": stale_before, "fresh_since": fresh_since, **shard.params}).fetchall()
 
 
 def upsert_facts(conn: psycopg.Connection, observed: Sequence[tuple[str, FactCandidate, dict]],

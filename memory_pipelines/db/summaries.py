@@ -78,12 +78,14 @@ def last_messages(conn: psycopg.Connection, session_id: str, limit: int) -> list
     return message_rows(conn, "last_messages", {"session_id": session_id, "limit": limit})
 
 
-def sessions_messages_in_windows(conn: psycopg.Connection,
-                                 windows: Mapping[str, TimeWindow]) -> dict[str, list[Message]]:
-    """Each session's messages sent in its own window, by session and seq."""
-    ids = list(windows)
-    return by_session(message_rows(conn, "sessions_messages_in_windows", {
-        "session_ids": ids, "starts": [windows[s].start for s in ids], "ends": [windows[s].end for s in ids]}))
+def sessions_messages_in_windows_through(conn: psycopg.Connection, windows: Mapping[str, TimeWindow],
+                                         cursors: Mapping[str, int | None]) -> dict[str, list[Message]]:
+    """Each session's messages sent in its own window up to its cursor seq (none: None), by
+    session and seq."""
+    params = _cursor_params({s: cursors.get(s) for s in windows})
+    return by_session(message_rows(conn, "sessions_messages_in_windows_through", {
+        "session_ids": params["session_ids"], "through_seqs": params["after_seqs"],
+        "starts": [windows[s].start for s in windows], "ends": [windows[s].end for s in windows]}))
 
 
 def active_days(conn: psycopg.Connection, window: TimeWindow, reach: timedelta = timedelta(0),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
@@ -269,6 +269,52 @@ def commit_in_slices(conn: psycopg.Connection, items: Iterable[T], store: Callab
                 if monotonic() >= deadline:
                     done = False
                     break
+
+
+class Slices:
+    """A connection's items committed in slices, as `commit_in_slices` does, for loops that
+    cannot run in a pipeline (a COPY) or must choose where a slice ends (locks). Each item
+    is a savepoint: one that fails undoes only itself, and what the slice did before it is
+    committed before the error goes on.
+
+        with Slices(conn) as slices:
+            for item in items:
+                with slices.item() as first:  # first: the item begins a new transaction
+                    ...
+    """
+
+    def __init__(self, conn: psycopg.Connection, seconds: float = COMMIT_SECONDS) -> None:
+        self.conn, self.seconds, self.began = conn, seconds, None
+        self._slice = ExitStack()
+
+    def __enter__(self) -> Slices:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self._commit()
+
+    @contextmanager
+    def item(self, joins: Callable[[], bool] = lambda: True) -> Iterator[bool]:
+        """One item: commits the slice first when it is `seconds` old or the item does not
+        `joins` it (asked only of a slice under way); yields whether the item begins a new one."""
+        if self.began is not None and (monotonic() - self.began >= self.seconds or not joins()):
+            self._commit()
+        first = self.began is None
+        if first:
+            self._slice.enter_context(self.conn.transaction())
+            self.began = monotonic()
+        try:
+            with self.conn.transaction():  # a savepoint within the slice's transaction
+                yield first
+        except BaseException:
+            if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+                self._commit()
+            raise
+
+    def _commit(self) -> None:
+        self._slice.close()
+        self.began = None
 
 
 def run_parallel(items: Sequence[T], work: Callable[[T], StageReport[C]], into: StageReport[C],

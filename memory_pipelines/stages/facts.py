@@ -5,10 +5,11 @@ when their facts changed."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.config import SPECS
@@ -19,7 +20,8 @@ from memory_pipelines.core.fact_extraction import facts_fingerprint, validate_it
 from memory_pipelines.llm.backends import ModelBackend, ModelError
 from memory_pipelines.llm.prompts import SUMMARIZE_FACTS
 from memory_pipelines.stages.common import (
-    Backends, CallContext, Counts, StageFailure, StageReport, Window, chunk_spans, map_parallel, session_batches,
+    Backends, CallContext, Counts, Slices, StageFailure, StageReport, Window, chunk_spans, map_parallel,
+    session_batches,
 )
 
 ASSET = "memory_facts"
@@ -81,67 +83,72 @@ def refresh_memory_summaries(pool: ConnectionPool, user_ids: Sequence[str], writ
     return report
 
 
-def _extract_batch(pool: ConnectionPool, batch: Sequence[facts_chunks_db.DueSession], key: str, end: datetime,
+def _extract_batch(conn: psycopg.Connection, batch: Sequence[facts_chunks_db.DueSession], key: str, end: datetime,
                    ctx: CallContext) -> StageReport[FactCounts]:
-    """One transaction for a batch of due sessions: lock them, read the facts their summaries'
-    distillation calls wrote (through the day) with the messages those read, validate them
-    item by item, write what holds. A session whose noise judging failed, or whose summary
-    does not yet reach its last reply, is left due."""
+    """A batch of due sessions, in the caller's transaction: lock them, read the facts their
+    summaries' distillation calls wrote (through the day) with the messages those read,
+    validate them item by item, write what holds. A session whose noise judging failed, or
+    whose summary does not yet reach its last reply, is left due."""
     report = _report()
     counts = report.counts
     ids = [s.session_id for s in batch]
-    with pool.connection() as conn, conn.transaction():
-        summaries_db.lock_sessions(conn, ids)
-        judging_failed = facts_chunks_db.sessions_judging_failed(conn, ids, key)
-        for session_id in sorted(judging_failed):
-            # its noise is not known yet: facts taken from noise now would stay for good
-            report.failures.append(StageFailure(session_id, None, "noise judging failed, extraction left due"))
-        short = facts_chunks_db.sessions_summarized_short(conn, [i for i in ids if i not in judging_failed], key, end)
-        for session_id, (cursor_seq, last_reply) in sorted(short.items()):
-            report.failures.append(StageFailure(session_id, None, (
-                f"its summary reaches seq {cursor_seq if cursor_seq is not None else 'none'}, not its last reply "
-                f"(seq {last_reply}): extraction left due until session_summaries has run for {key}")))
-        undistilled = facts_chunks_db.sessions_with_undistilled_chunks(conn, ids, key)
-        for session_id, day in sorted(undistilled.items()):
-            # summarized by an earlier version, whose chunks kept no facts: their turns would be lost
-            report.failures.append(StageFailure(session_id, None, (
-                f"chunks summarized before distillation calls (migration 0023) hold unextracted turns: "
-                f"extraction left due; run the pipeline from {day} (memory-pipelines run --start {day})")))
-        waiting = set(judging_failed) | set(short) | set(undistilled)
-        counts.sessions_failed += len(waiting)
-        ready = [s for s in batch if s.session_id not in waiting]
-        chunks = summaries_db.distilled_chunks(conn, [s.session_id for s in ready], through=key)
-        messages = summaries_db.chunks_kept_messages(conn, [c for found in chunks.values() for c in found])
-        facts_chunks_db.lock_users(conn, [s.user_id for s in ready])
-        archived_keys = lifecycle_db.archived_fact_keys(conn, [s.user_id for s in ready])
-        extracted, observed = [], []
-        # nothing below waits on an answer (but a re-observed archived key): sent in one round trip
-        with conn.pipeline():
-            for session in ready:
-                accepted_count = rejected_count = 0
-                spans = chunk_spans(chunks.get(session.session_id, []), messages.get(session.session_id, []))
-                for chunk, kept in spans:
-                    if not kept:
-                        continue
-                    lineage = {"session_id": session.session_id, "partition_key": key, "run_id": ctx.run_id,
-                               "model": chunk.model, "prompt_version": chunk.prompt_version, "call_id": chunk.call_id}
-                    accepted, rejected = validate_items(chunk.memory_items.get("facts", []), kept)
-                    observed.extend((session.user_id, c, lineage) for c in accepted)
-                    facts_chunks_db.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
-                    accepted_count += len(accepted)
-                    rejected_count += len(rejected)
-                    report.preview.extend({"session": session.session_id, "category": c.category, "key": c.key,
-                                           "value": c.value, "source": c.source, "confidence": c.confidence}
-                                          for c in accepted)
-                extracted.append((session, accepted_count, rejected_count))
-                counts.sessions_extracted += 1
-                counts.facts_accepted += accepted_count
-                counts.facts_rejected += rejected_count
-                report.users.add(session.user_id)
-                report.sessions.add(session.session_id)
-            facts_chunks_db.upsert_facts(conn, observed, archived_keys)
-            facts_chunks_db.mark_sessions_extracted(conn, extracted, end, key, ctx.run_id)
+    summaries_db.lock_sessions(conn, ids)
+    judging_failed = facts_chunks_db.sessions_judging_failed(conn, ids, key)
+    for session_id in sorted(judging_failed):
+        # its noise is not known yet: facts taken from noise now would stay for good
+        report.failures.append(StageFailure(session_id, None, "noise judging failed, extraction left due"))
+    short = facts_chunks_db.sessions_summarized_short(conn, [i for i in ids if i not in judging_failed], key, end)
+    for session_id, (cursor_seq, last_reply) in sorted(short.items()):
+        report.failures.append(StageFailure(session_id, None, (
+            f"its summary reaches seq {cursor_seq if cursor_seq is not None else 'none'}, not its last reply "
+            f"(seq {last_reply}): extraction left due until session_summaries has run for {key}")))
+    undistilled = facts_chunks_db.sessions_with_undistilled_chunks(conn, ids, key)
+    for session_id, day in sorted(undistilled.items()):
+        # summarized by an earlier version, whose chunks kept no facts: their turns would be lost
+        report.failures.append(StageFailure(session_id, None, (
+            f"chunks summarized before distillation calls (migration 0023) hold unextracted turns: "
+            f"extraction left due; run the pipeline from {day} (memory-pipelines run --start {day})")))
+    waiting = set(judging_failed) | set(short) | set(undistilled)
+    counts.sessions_failed += len(waiting)
+    ready = [s for s in batch if s.session_id not in waiting]
+    chunks = summaries_db.distilled_chunks(conn, [s.session_id for s in ready], through=key)
+    messages = summaries_db.chunks_kept_messages(conn, [c for found in chunks.values() for c in found])
+    facts_chunks_db.lock_users(conn, [s.user_id for s in ready])
+    archived_keys = lifecycle_db.archived_fact_keys(conn, [s.user_id for s in ready])
+    extracted, observed = [], []
+    # nothing below waits on an answer (but a re-observed archived key): sent in one round trip
+    with conn.pipeline():
+        for session in ready:
+            accepted_count = rejected_count = 0
+            spans = chunk_spans(chunks.get(session.session_id, []), messages.get(session.session_id, []))
+            for chunk, kept in spans:
+                if not kept:
+                    continue
+                lineage = {"session_id": session.session_id, "partition_key": key, "run_id": ctx.run_id,
+                           "model": chunk.model, "prompt_version": chunk.prompt_version, "call_id": chunk.call_id}
+                accepted, rejected = validate_items(chunk.memory_items.get("facts", []), kept)
+                observed.extend((session.user_id, c, lineage) for c in accepted)
+                facts_chunks_db.insert_fact_rejections(conn, session.user_id, session.session_id, rejected, lineage)
+                accepted_count += len(accepted)
+                rejected_count += len(rejected)
+                report.preview.extend({"session": session.session_id, "category": c.category, "key": c.key,
+                                       "value": c.value, "source": c.source, "confidence": c.confidence}
+                                      for c in accepted)
+            extracted.append((session, accepted_count, rejected_count))
+            counts.sessions_extracted += 1
+            counts.facts_accepted += accepted_count
+            counts.facts_rejected += rejected_count
+            report.users.add(session.user_id)
+            report.sessions.add(session.session_id)
+        facts_chunks_db.upsert_facts(conn, observed, archived_keys)
+        facts_chunks_db.mark_sessions_extracted(conn, extracted, end, key, ctx.run_id)
     return report
+
+
+def _locked_now(conn: psycopg.Connection, batch: Sequence[facts_chunks_db.DueSession]) -> bool:
+    """Whether the batch's session and user locks were taken without waiting for another transaction."""
+    return facts_chunks_db.try_lock_sessions_and_users(conn, [s.session_id for s in batch],
+                                                       [s.user_id for s in batch])
 
 
 def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Backends) -> StageReport[FactCounts]:
@@ -154,19 +161,28 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     report = _report()
     # a session becomes due on the day its last message goes stale; one left due before the
     # window is caught up on its first day, one that failed on the next day
-    active = window.active_days(pool, settings.stale_after) | {window.first}
-    retry = False
-    for key, day in window.days(ASSET):
-        if key not in active and not retry:
-            continue
-        with pool.connection() as conn:
-            due = facts_chunks_db.sessions_due_for_extraction(conn, day.end, day.end - settings.stale_after,
-                                                              window.shard)
-        extracted = _report()
-        for batch in session_batches(due):
-            extracted.merge(_extract_batch(pool, batch, key, day.end, ctx))
-        report.merge(extracted)
-        retry = bool(extracted.failures)
+    active = window.active_days(pool, settings.stale_after)
+
+    def batches() -> Iterator[tuple[str, datetime, Sequence[facts_chunks_db.DueSession]]]:
+        fresh_since = None  # every session due is looked for, not only those gone stale since
+        for key, day in window.days(ASSET):
+            if key not in active and fresh_since is not None:
+                continue
+            stale_before = day.end - settings.stale_after
+            due = facts_chunks_db.sessions_due_for_extraction(conn, day.end, stale_before, window.shard, fresh_since)
+            failed_before = len(report.failures)
+            for batch in session_batches(due):
+                yield key, day.end, batch
+            # what failed stays due: the next day looks for every session due again
+            fresh_since = stale_before if len(report.failures) == failed_before else None
+
+    # batches share a transaction for up to COMMIT_SECONDS (a commit per day was most of a long
+    # backfill's extraction); one holding locks waits for no more: a batch whose locks another
+    # transaction holds begins a new one, so runs at once never deadlock
+    with pool.connection() as conn, Slices(conn) as slices:
+        for key, end, batch in batches():
+            with slices.item(lambda: _locked_now(conn, batch)):
+                report.merge(_extract_batch(conn, batch, key, end, ctx))
     with pool.connection() as conn:
         outdated = facts_chunks_db.users_with_outdated_memory_summary(conn, window.shard)
     report.merge(refresh_memory_summaries(pool, sorted(report.users | set(outdated)), backends.writer, ctx,

@@ -96,11 +96,14 @@ def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: 
         # the days' segments judged first (the fold leaves out what judging dropped), in one transaction
         with conn.transaction():
             spans = {s: TimeWindow(day_window(k[0]).start, day_window(k[-1]).end) for s, k in keys.items() if k}
-            judged_messages = summaries_db.sessions_messages_in_windows(conn, spans)
+            # the spans' messages after the cursor were read above; only those up to it are read here
+            # (none in a first run), and come first by seq
+            up_to_cursor = summaries_db.sessions_messages_in_windows_through(conn, spans, cursors)
             by_day: dict[tuple[str, str], list[Message]] = defaultdict(list)
-            for session_id, session_messages in judged_messages.items():
-                for m in session_messages:
-                    by_day[session_id, m.ts.astimezone(UTC).date().isoformat()].append(m)
+            for session_id, span in spans.items():
+                for m in up_to_cursor.get(session_id, []) + messages.get(session_id, []):
+                    if span.start <= m.ts < span.end:
+                        by_day[session_id, m.ts.astimezone(UTC).date().isoformat()].append(m)
             # the judging's counts belong to conversation_segments; its calls and failures to this run
             judged = ensure_judged(conn, [(s, k, by_day.get((s, k), [])) for s, session_keys in keys.items()
                                           for k in session_keys], decider, ctx)

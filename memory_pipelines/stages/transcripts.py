@@ -17,7 +17,7 @@ from memory_pipelines.db import lifecycle as lifecycle_db
 from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.ingest import plan_ingest, scan_of_shard
 from memory_pipelines.records import QuarantineReason
-from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
+from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, Slices, StageReport, Window
 from memory_pipelines.sources import SourceSettings, open_source
 from memory_pipelines.sources.files import FileSource, PostgresIndex
 from memory_pipelines.core.transcript_scan import SKIPPED_SHOWN, describe_skipped
@@ -78,22 +78,25 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     read_files: set[str] = set()  # files the run read records of, and of them those it refused some of
     refusing_files: set[str] = set()
     with pool.connection() as conn:
-        # one day at a time, each its own transaction: memory follows the day, not the
-        # location, and a run stopped on a later day keeps the days it finished
-        for day in plan.windows:
-            for scan in plan.read(day):
-                counts.file_reads += scan.files
-                counts.events_skipped.update(dict(scan.skipped_events))
-                # a file may also fail between indexing and reading its day
-                unreadable |= {r.source_file for r in scan.quarantined
-                               if r.reason == QuarantineReason.UNREADABLE_FILE}
-                read_files |= {m.source_file for m in scan.messages} | {r.source_file for r in scan.quarantined}
-                refusing_files |= {r.source_file for r in scan.quarantined}
-                with conn.transaction():
-                    transcripts_db.lock_transcript_writes(conn)
-                    mine, elsewhere = scan_of_shard(scan, window.shard)
-                    counts.other_shards += elsewhere
-                    written |= _ingest(conn, mine, window.label, window.run_id, counts, report)
+        # one day at a time, days committed in slices: memory follows the day, not the
+        # location, and a run stopped on a later day keeps the days it finished (all but the
+        # last moment's)
+        with Slices(conn) as slices:
+            for day in plan.windows:
+                for scan in plan.read(day):
+                    counts.file_reads += scan.files
+                    counts.events_skipped.update(dict(scan.skipped_events))
+                    # a file may also fail between indexing and reading its day
+                    unreadable |= {r.source_file for r in scan.quarantined
+                                   if r.reason == QuarantineReason.UNREADABLE_FILE}
+                    read_files |= {m.source_file for m in scan.messages} | {r.source_file for r in scan.quarantined}
+                    refusing_files |= {r.source_file for r in scan.quarantined}
+                    with slices.item() as first:
+                        if first:
+                            transcripts_db.lock_transcript_writes(conn)
+                        mine, elsewhere = scan_of_shard(scan, window.shard)
+                        counts.other_shards += elsewhere
+                        written |= _ingest(conn, mine, window.label, window.run_id, counts, report)
         if isinstance(source, FileSource):
             # a file read now that refuses none of its records: its earlier refusals are over,
             # even those whose records no longer fall on the same line (merged, renumbered)

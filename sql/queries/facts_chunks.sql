@@ -1,12 +1,17 @@
 -- name: sessions_due_for_extraction
 -- Stale as of the window's end (last activity before stale_before) and never extracted,
 -- or extracted before its last activity. Activity counts only messages sent before the end.
+-- With fresh_since, only sessions with a message sent in [fresh_since, stale_before): those
+-- gone stale since then (a day after one whose due sessions were all taken).
 -- Forks are left out: their facts join the user's when a merge brings their turns home.
 WITH activity AS (
     SELECT session_id, min(user_id) AS user_id, max(ts) AS last_ts, max(seq) AS last_seq
     FROM messages
     WHERE ts < %(end)s AND session_id NOT LIKE 'temp-%%' AND memory_shard(user_id, %(shards)s) = %(shard)s
       AND NOT EXISTS (SELECT 1 FROM session_forks f WHERE f.session_id = messages.session_id)
+      AND (%(fresh_since)s::timestamptz IS NULL OR session_id IN (
+           SELECT fresh.session_id FROM messages fresh
+           WHERE fresh.ts >= %(fresh_since)s AND fresh.ts < %(stale_before)s))
     GROUP BY session_id
 )
 SELECT a.session_id, a.user_id, a.last_ts, a.last_seq
@@ -39,6 +44,18 @@ WHERE session_id = ANY(%(session_ids)s) AND partition_key <= %(partition_key)s A
 -- taken in user order, so two transactions locking overlapping sets never deadlock.
 SELECT pg_advisory_xact_lock(hashtext('memory_pipelines.user'), hashtext(user_id))
 FROM (SELECT DISTINCT user_id FROM unnest(%(user_ids)s::text[]) AS u(user_id) ORDER BY user_id) ordered;
+
+-- name: try_lock_sessions_and_users
+-- The locks of lock_sessions and lock_users, each taken only when no other transaction holds
+-- it: true when every one was taken (a transaction already holding locks waits for no
+-- more, so locks taken out of order never deadlock).
+SELECT coalesce(bool_and(taken), true) FROM (
+    SELECT pg_try_advisory_xact_lock(hashtext('memory_pipelines.session'), hashtext(session_id)) AS taken
+    FROM unnest(%(session_ids)s::text[]) AS s(session_id)
+    UNION ALL
+    SELECT pg_try_advisory_xact_lock(hashtext('memory_pipelines.user'), hashtext(user_id))
+    FROM unnest(%(user_ids)s::text[]) AS u(user_id)
+) AS locks;
 
 -- name: upsert_fact
 -- Event time wins: an observation older than the stored one changes nothing; an equal

@@ -161,14 +161,15 @@ DELETE FROM session_summaries s
 WHERE s.session_id = %(session_id)s AND s.version IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM session_summary_versions v WHERE v.session_id = s.session_id);
 
--- name: sessions_messages_in_windows
--- Each session's messages sent in its own [start, end), by session and seq.
+-- name: sessions_messages_in_windows_through
+-- Each session's messages sent in its own [start, end) up to its own seq (every one: -1 is
+-- none), by session and seq.
 SELECT m.session_id, m.seq, m.user_id, m.role, m.content, m.ts, m.content_hash, m.source_file, m.source_line,
        m.agent_id, m.tool_name, m.tool_args, m.tool_call_id, m.metadata
 FROM messages m
-JOIN unnest(%(session_ids)s::text[], %(starts)s::timestamptz[], %(ends)s::timestamptz[]) AS w(session_id, start_ts, end_ts)
-  USING (session_id)
-WHERE m.ts >= w.start_ts AND m.ts < w.end_ts
+JOIN unnest(%(session_ids)s::text[], %(starts)s::timestamptz[], %(ends)s::timestamptz[], %(through_seqs)s::bigint[])
+  AS w(session_id, start_ts, end_ts, through_seq) USING (session_id)
+WHERE m.ts >= w.start_ts AND m.ts < w.end_ts AND m.seq <= w.through_seq
 ORDER BY m.session_id, m.seq;
 
 -- name: lock_sessions_for_fold

@@ -1,5 +1,5 @@
 """Work stored in time slices: cheap items share a commit, a slow one ends its slice, and an
-error loses only the slice it happened in."""
+error loses only the slice it happened in (with `Slices`, only its own item)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import time
 import psycopg
 import pytest
 
-from memory_pipelines.stages.common import commit_in_slices
+from memory_pipelines.db.facts_chunks import lock_users, try_lock_sessions_and_users
+from memory_pipelines.stages.common import Slices, commit_in_slices
 
 
 class Interrupted(Exception):
@@ -50,3 +51,38 @@ def test_items_slower_than_the_slice_commit_one_by_one(database_url):
 
     assert sorted(stored) == ["x", "y", "z"]
     assert len(set(stored.values())) == 3
+
+
+def test_slices_share_a_transaction_and_a_failed_item_undoes_only_itself(database_url):
+    with psycopg.connect(database_url, autocommit=True) as setup:
+        setup.execute("CREATE TABLE stored (item text PRIMARY KEY, xid bigint NOT NULL)")
+    firsts = []
+    with psycopg.connect(database_url) as conn:
+        with pytest.raises(psycopg.errors.UniqueViolation), Slices(conn, seconds=60) as slices:
+            for item in ["a", "b", "a", "c"]:
+                with slices.item() as first:
+                    firsts.append(first)
+                    conn.execute("INSERT INTO stored VALUES (%s, txid_current())", [item])
+        stored = dict(conn.execute("SELECT item, xid FROM stored").fetchall())
+    # a and b share one commit, made before the error went on; the second a undid itself alone
+    assert firsts == [True, False, False]
+    assert sorted(stored) == ["a", "b"] and len(set(stored.values())) == 1
+
+
+def test_an_item_whose_locks_another_transaction_holds_begins_a_new_slice(database_url):
+    """A slice holding locks waits for no more (locks taken out of order would deadlock two
+    runs): an item whose session or user lock is held elsewhere commits the slice first."""
+    with psycopg.connect(database_url, autocommit=True) as setup:
+        setup.execute("CREATE TABLE stored (item text PRIMARY KEY, xid bigint NOT NULL)")
+    with psycopg.connect(database_url) as conn, psycopg.connect(database_url) as other:
+        lock_users(other, ["u2"])  # another run's transaction holds user u2
+        assert not try_lock_sessions_and_users(conn, ["s9"], ["u1", "u2"])
+        conn.rollback()
+        with Slices(conn, seconds=60) as slices:
+            for item, session_id, user_id in [("a", "s1", "u1"), ("b", "s2", "u3"), ("c", "s3", "u2")]:
+                with slices.item(lambda: try_lock_sessions_and_users(conn, [session_id], [user_id])):
+                    conn.execute("INSERT INTO stored VALUES (%s, txid_current())", [item])
+        other.rollback()
+        stored = dict(conn.execute("SELECT item, xid FROM stored").fetchall())
+    assert sorted(stored) == ["a", "b", "c"]
+    assert stored["a"] == stored["b"] != stored["c"]
