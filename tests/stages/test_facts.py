@@ -4,6 +4,9 @@ memory_summary written once; a session whose summary is behind waits, with its r
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
+from memory_pipelines.db import facts_chunks as facts_chunks_db
 from tests.stages.chain import SAMPLE_DAYS, rows, run_stage, run_upstream, scalar, table_contents, write_session
 
 DAYS = ["2026-10-01", "2026-10-02"]
@@ -79,3 +82,20 @@ def test_the_samples_facts_are_stored_as_counted(pool, database_url):
     assert (again.sessions_extracted, again.facts_accepted, again.users_touched, again.memory_summaries_written) == (
         0, 0, 0, 0)
     assert table_contents(database_url) == before
+
+
+def test_a_day_after_one_taken_whole_looks_only_for_sessions_gone_stale_since(pool, tmp_path):
+    """What lets a long range skip re-reading every session each day: with fresh_since, only
+    sessions with a message between it and stale_before; without, every session due."""
+    write_session(tmp_path, "s1", "ann", [("user", "I prefer neovim as my editor"), ("assistant", "ok")])
+    write_session(tmp_path, "s2", "bob", [("user", "I work at Orchid Labs now."), ("assistant", "Noted.")],
+                  day=DAYS[1])
+    run_stage(pool, "transcripts", DAYS, source=tmp_path)
+    end = datetime.fromisoformat(f"{DAYS[1]}T00:00:00+00:00") + timedelta(days=1)
+    stale = timedelta(minutes=30)
+    with pool.connection() as conn:
+        every = facts_chunks_db.sessions_due_for_extraction(conn, end, end - stale)
+        since_day_one = facts_chunks_db.sessions_due_for_extraction(conn, end, end - stale,
+                                                                    fresh_since=end - timedelta(days=1) - stale)
+    assert [s.session_id for s in every] == ["s1", "s2"]
+    assert [(s.session_id, s.user_id, s.last_seq) for s in since_day_one] == [("s2", "bob", 2)]
