@@ -15,7 +15,7 @@ from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db import entries as entries_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.records import TimeWindow, shallow_fields
-from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
+from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, Slices, StageReport, Window
 
 ASSET = "memory_chunks"
 
@@ -39,35 +39,38 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
     """Chunks for each day: what left each session's context window as of the day's end."""
     report = StageReport(ChunkCounts())
     counts = report.counts
-    for key, day in window.days(ASSET, only=window.active_days(pool, settings.stale_after)):
-        with pool.connection() as conn, conn.transaction():
+    # days share a transaction for up to COMMIT_SECONDS (a commit per day was most of a long
+    # backfill's chunking); a day whose sessions another transaction holds begins a new one
+    with pool.connection() as conn, Slices(conn) as slices:
+        for key, day in window.days(ASSET, only=window.active_days(pool, settings.stale_after)):
             # sessions active in the day, or gone stale early in it
             session_ids = list(dict.fromkeys(s for s, _ in summaries_db.sessions_in_window(
                 conn, TimeWindow(day.start - settings.stale_after, day.end), window.shard)))
-            summaries_db.lock_sessions(conn, session_ids)
-            states = facts_chunks_db.chunk_window_states(conn, session_ids, day.end, settings.window)
-            pending = facts_chunks_db.chunk_pending_messages(conn, states, day.end)
-            packed = {}
-            for state in states:
-                stale = state.last_ts is not None and state.last_ts < day.end - settings.stale_after
-                chunks = pack_chunks(pending.get(state.session_id, []), state.eligible, stale)
-                if chunks:
-                    packed[state.session_id] = chunks
-            summaries = entries_db.summaries_as_of_sessions(conn, list(packed), key)
-            rows = []
-            for session_id, chunks in packed.items():
-                version, summary = summaries.get(session_id, (None, None))
-                keys = list(summary.keys) if summary is not None else []
-                rows += [{**shallow_fields(c), "content_hash": c.content_hash,
-                          "breadcrumbs": chunk_breadcrumbs(c, keys),
-                          "summary_version": version, "partition_key": key, "run_id": window.run_id,
-                          "model": "chunker", "prompt_version": PACKER_VERSION} for c in chunks]
-                report.sessions.add(session_id)
-                counts.messages_chunked += sum(c.message_count for c in chunks)
-            counts.chunks_written += facts_chunks_db.insert_chunks(conn, rows)
-            report.preview.extend({"session": r["session_id"], "seqs": f"{r['start_seq']}-{r['end_seq']}",
-                                   "chars": len(r["content"]), "breadcrumbs": ", ".join(r["breadcrumbs"][:6]),
-                                   "content": r["content"]} for r in rows)
-        counts.sessions_considered += len(session_ids)
+            with slices.item(lambda: facts_chunks_db.try_lock_sessions_and_users(conn, session_ids, [])):
+                summaries_db.lock_sessions(conn, session_ids)
+                states = facts_chunks_db.chunk_window_states(conn, session_ids, day.end, settings.window)
+                pending = facts_chunks_db.chunk_pending_messages(conn, states, day.end)
+                packed = {}
+                for state in states:
+                    stale = state.last_ts is not None and state.last_ts < day.end - settings.stale_after
+                    chunks = pack_chunks(pending.get(state.session_id, []), state.eligible, stale)
+                    if chunks:
+                        packed[state.session_id] = chunks
+                summaries = entries_db.summaries_as_of_sessions(conn, list(packed), key)
+                rows = []
+                for session_id, chunks in packed.items():
+                    version, summary = summaries.get(session_id, (None, None))
+                    keys = list(summary.keys) if summary is not None else []
+                    rows += [{**shallow_fields(c), "content_hash": c.content_hash,
+                              "breadcrumbs": chunk_breadcrumbs(c, keys),
+                              "summary_version": version, "partition_key": key, "run_id": window.run_id,
+                              "model": "chunker", "prompt_version": PACKER_VERSION} for c in chunks]
+                    report.sessions.add(session_id)
+                    counts.messages_chunked += sum(c.message_count for c in chunks)
+                counts.chunks_written += facts_chunks_db.insert_chunks(conn, rows)
+                report.preview.extend({"session": r["session_id"], "seqs": f"{r['start_seq']}-{r['end_seq']}",
+                                       "chars": len(r["content"]), "breadcrumbs": ", ".join(r["breadcrumbs"][:6]),
+                                       "content": r["content"]} for r in rows)
+            counts.sessions_considered += len(session_ids)
     report.check_scope = {"session_ids": sorted(report.sessions)}
     return report

@@ -302,6 +302,8 @@ class Slices:
             self._commit()
         first = self.began is None
         if first:
+            if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+                self.conn.commit()  # a read between slices began a transaction: it ends here, not the slice
             self._slice.enter_context(self.conn.transaction())
             self.began = monotonic()
         try:

@@ -80,8 +80,11 @@ def test_an_item_whose_locks_another_transaction_holds_begins_a_new_slice(databa
         conn.rollback()
         with Slices(conn, seconds=60) as slices:
             for item, session_id, user_id in [("a", "s1", "u1"), ("b", "s2", "u3"), ("c", "s3", "u2")]:
+                conn.execute("SELECT 1")  # a read before each item, as the day's due sessions are
                 with slices.item(lambda: try_lock_sessions_and_users(conn, [session_id], [user_id])):
                     conn.execute("INSERT INTO stored VALUES (%s, txid_current())", [item])
+            # the slices were committed: no lock of theirs is left
+            assert try_lock_sessions_and_users(other, ["s1", "s2"], ["u1", "u3"])
         other.rollback()
         stored = dict(conn.execute("SELECT item, xid FROM stored").fetchall())
     assert sorted(stored) == ["a", "b", "c"]
