@@ -243,10 +243,17 @@ def session_batches(items: Sequence[T], writer: ModelBackend | None = None,
 def map_parallel(items: Sequence[T], work: Callable[[T], R], concurrency: int) -> list[R]:
     """`work` over independent items (sessions, batches, model calls), `concurrency` at a
     time; the results in the items' order."""
+    return list(map_in_order(items, work, concurrency))
+
+
+def map_in_order(items: Sequence[T], work: Callable[[T], R], concurrency: int) -> Iterator[R]:
+    """`work` over independent items, `concurrency` at a time, each result given in the
+    items' order as soon as it is done (a caller stores one while later ones run)."""
     if concurrency <= 1 or len(items) <= 1:
-        return [work(item) for item in items]
+        yield from (work(item) for item in items)
+        return
     with ThreadPoolExecutor(max_workers=concurrency) as executor:
-        return list(executor.map(work, items))
+        yield from executor.map(work, items)
 
 
 COMMIT_SECONDS = 0.5  # the most work a stopped run loses

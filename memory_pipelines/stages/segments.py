@@ -3,15 +3,17 @@ marked dropped with its reason. A session-day whose inputs did not change is not
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.core.noise_filter import cut_segments, judge_sessions, judgement_fingerprint, pack_sessions
+from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.records import Segment
-from memory_pipelines.stages.common import Backends, CallContext, StageReport, Window, run_parallel
+from memory_pipelines.stages.common import (
+    COMMIT_SECONDS, Backends, CallContext, Slices, StageReport, Window, map_in_order,
+)
 from memory_pipelines.stages.judging import SegmentCounts, segment_report, store_judgement
 
 ASSET = "conversation_segments"
@@ -25,13 +27,16 @@ class Settings:
 def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Backends) -> StageReport[SegmentCounts]:
     """Every non-temp session's segments of each day, judged. The sessions whose judgement
     is not current share calls (`batch_tokens` and `share` of the decision model's
-    configuration): a segment is short, and a call per session is most of the cost."""
+    configuration): a segment is short, and a call per session is most of the cost. Calls
+    run `concurrency` at a time; each batch's judgement is stored as it comes, batches
+    sharing a commit for up to COMMIT_SECONDS (each at once under a token budget, which
+    counts the calls committed)."""
     judge = backends.judge
     ctx = CallContext(window.run_id, ASSET)
     report = segment_report()
-    for key, day in window.days(ASSET, only=window.active_days(pool)):
-        pending: list[list[Segment]] = []
-        with pool.connection() as conn:
+    with pool.connection() as conn, Slices(conn, 0.0 if judge.config.token_budget else COMMIT_SECONDS) as slices:
+        for key, day in window.days(ASSET, only=window.active_days(pool)):
+            pending: list[list[Segment]] = []
             by_session = summaries_db.messages_in_window(conn, day, window.shard)
             current = summaries_db.current_judgements(conn, [(session_id, key) for session_id in by_session])
             for session_id, messages in sorted(by_session.items()):
@@ -42,26 +47,21 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
                     report.counts.segments_unchanged += len(segments)
                 else:
                     pending.append(segments)
-
-        def judge_batch(batch: list[Sequence[Segment]], key=key) -> StageReport[SegmentCounts]:
-            part = segment_report()
-            judgements = judge_sessions(batch, judge)
-            calls = [c for c in (judgements[0].call,) if c is not None]
-            part.calls += calls
-            part.counts.judge_calls_shared += len(batch) > 1 and bool(calls)
-            with pool.connection() as conn, conn.transaction():
-                ctx.record(conn, calls, key, batch[0][0].session_id if len(batch) == 1 else None)
+            batches = pack_sessions(pending, judge.config.batch_tokens, judge.config.share)
+            for batch, judgements in zip(batches, map_in_order(batches, lambda b: judge_sessions(b, judge),
+                                                               settings.concurrency)):
+                calls = [c for c in (judgements[0].call,) if c is not None]
+                report.calls += calls
+                report.counts.judge_calls_shared += len(batch) > 1 and bool(calls)
                 ids = [j.judged[0].segment.session_id for j in judgements]
-                summaries_db.lock_sessions(conn, ids)
-                # a concurrent run may have stored the same judgement while this one asked
-                current = summaries_db.current_judgements(conn, [(session_id, key) for session_id in ids])
-                with conn.pipeline():  # the writes wait on no answer: one round trip for the batch
-                    for session_id, judgement in zip(ids, judgements):
-                        if current.get((session_id, key)) != judgement.fingerprint:
-                            part.merge(store_judgement(conn, key, judgement, judge, ctx))
-            return part
-
-        batches = pack_sessions(pending, judge.config.batch_tokens, judge.config.share)
-        run_parallel(batches, judge_batch, report, settings.concurrency)
-        report.counts.sessions += len(by_session)
+                with slices.item(lambda: facts_chunks_db.try_lock_sessions_and_users(conn, ids, [])):
+                    ctx.record(conn, calls, key, batch[0][0].session_id if len(batch) == 1 else None)
+                    summaries_db.lock_sessions(conn, ids)
+                    # a concurrent run may have stored the same judgement while this one asked
+                    stored = summaries_db.current_judgements(conn, [(session_id, key) for session_id in ids])
+                    with conn.pipeline():  # the writes wait on no answer: one round trip for the batch
+                        for session_id, judgement in zip(ids, judgements):
+                            if stored.get((session_id, key)) != judgement.fingerprint:
+                                report.merge(store_judgement(conn, key, judgement, judge, ctx))
+            report.counts.sessions += len(by_session)
     return report

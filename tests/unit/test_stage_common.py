@@ -9,7 +9,9 @@ from datetime import date, timedelta
 
 import pytest
 
-from memory_pipelines.stages.common import PROGRESS_MIN_DAYS, Counts, StageReport, Window, progress_bars
+from memory_pipelines.stages.common import (
+    PROGRESS_MIN_DAYS, Counts, StageReport, Window, map_in_order, map_parallel, progress_bars,
+)
 from memory_pipelines.stages.transcripts import TranscriptCounts
 
 
@@ -102,3 +104,18 @@ def test_sessions_are_batched_and_a_token_budget_keeps_batches_to_the_calls_in_f
     budgeted = build_backend(ModelConfig(token_budget=1000))
     assert {len(b) for b in session_batches(items, budgeted, 3)} == {3} | ({len(items) % 3} - {0})
     assert sum(session_batches(items, budgeted, 3), []) == items
+
+
+def test_map_in_order_gives_each_result_before_later_work_begins_one_at_a_time():
+    """What lets a stage store a batch's judgement while the next is judged: results come as
+    they are done, in order, not all at the end."""
+    events = []
+
+    def work(item: int) -> int:
+        events.append(f"work {item}")
+        return item * 10
+
+    for result in map_in_order([1, 2, 3], work, concurrency=1):
+        events.append(f"got {result}")
+    assert events == ["work 1", "got 10", "work 2", "got 20", "work 3", "got 30"]
+    assert map_parallel([3, 1, 2], work, concurrency=2) == [30, 10, 20]
