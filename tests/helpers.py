@@ -40,6 +40,13 @@ AUDIT_COLUMNS = frozenset({"run_id", "ingested_run_id", "ingested_at", "created_
 # what is no memory: the migration ledger, and the index of transcript files (a cache of
 # file scans: copies of the same files differ in modification time)
 NOT_MEMORY = ("schema_migrations", "transcript_objects")
+# what the embedder tests embed: a question, a statement, a line of code talk, a one-word reply
+EMBEDDER_SENTENCES = (
+    "how do I change the port my web server listens on?",
+    "switch ledger-api to port 9090 from now on",
+    "pandas reads the decimal comma as text",
+    "ok",
+)
 # jsonb copies of whole rows (memory_archive.row_data): compared without the skipped columns' keys.
 ROW_COPY_COLUMNS = frozenset({"row_data"})
 

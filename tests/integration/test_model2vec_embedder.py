@@ -12,16 +12,12 @@ import pytest
 
 from memory_pipelines.config import ConfigError, load
 from memory_pipelines.embed import EmbedConfig, build_embedder, embed_config
+from tests.helpers import EMBEDDER_SENTENCES
 
 pytest.importorskip("model2vec", reason="needs the 'local' extra (the CI test command installs it)")
 pytest.importorskip("torch", reason="needs the 'local' extra (the CI test command installs it)")
 
-SENTENCES = [
-    "how do I change the port my web server listens on?",
-    "switch ledger-api to port 9090 from now on",
-    "pandas reads the decimal comma as text",
-    "ok",
-]
+SENTENCES = list(EMBEDDER_SENTENCES)
 
 
 @pytest.fixture(scope="module")

@@ -12,15 +12,13 @@ import pytest
 
 from memory_pipelines.config import ConfigError, load
 from memory_pipelines.embed import EmbedConfig, build_embedder, embed_config
+from tests.helpers import EMBEDDER_SENTENCES
 
 pytest.importorskip("onnxruntime", reason="needs the 'local' extra (the CI test command installs it)")
 pytest.importorskip("sentence_transformers", reason="needs the 'local' extra (the CI test command installs it)")
 
 SENTENCES = [
-    "how do I change the port my web server listens on?",
-    "switch ledger-api to port 9090 from now on",
-    "pandas reads the decimal comma as text",
-    "ok",
+    *EMBEDDER_SENTENCES,
     "the deploy failed again because the staging database ran out of disk; I moved the WAL to the bigger volume "
     "and restarted it, so retry the pipeline after lunch " * 12,  # past 256 word pieces: cut where torch cuts
 ]
