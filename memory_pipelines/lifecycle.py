@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,8 +16,9 @@ import psycopg
 
 from memory_pipelines.db import lifecycle as lifecycle_db
 from memory_pipelines.db import turns as turns_db
+from memory_pipelines.db.rows import grouped
 from memory_pipelines.config import DecaySettings
-from memory_pipelines.core.knowledge_entries import DecayVerdict, plan_decay, superseded_by
+from memory_pipelines.core.knowledge_entries import DecayCandidate, DecayVerdict, Triple, plan_decay, superseded_by
 from memory_pipelines.pii import sanitize
 from memory_pipelines.shards import ALL_USERS, Shard
 
@@ -39,21 +40,78 @@ def user_clocks(conn: psycopg.Connection, user_ids: Sequence[str], before: datet
 
 
 def judge_decay(conn: psycopg.Connection, as_of: datetime, settings: DecaySettings,
-                user_id: str | None = None, shard: Shard = ALL_USERS, run_id: str | None = None,
-                changed_since: datetime | None = None) -> list[DecayVerdict]:
+                user_id: str | None = None, shard: Shard = ALL_USERS, run_id: str | None = None) -> list[DecayVerdict]:
     """What decay would do to every knowledge entry and visible fact seen by `as_of` (of one
     user, given one; of the shard's users), each as of its user's newest message by then,
-    archiving nothing. Rows run `run_id` stored are kept. With `changed_since` (the moment
-    the same run judged before) only users whose clock moved since, and rows of no user: a
-    user's verdicts follow from their own clock and rows, which their messages alone move."""
-    candidates = lifecycle_db.decay_candidates(conn, as_of, user_id, shard, changed_since)
+    archiving nothing. Rows run `run_id` stored are kept."""
+    candidates = lifecycle_db.decay_candidates(conn, as_of, user_id, shard)
     users = sorted({c.user_id for c in candidates if c.user_id is not None})
     triples = lifecycle_db.graph_statements(conn, users, all_users=False)
     # a moment past as_of: the clock counts the message at as_of itself
     clocks = user_clocks(conn, users, as_of + timedelta(microseconds=1))
+    return _verdicts(candidates, triples, as_of, settings, clocks, run_id)
+
+
+def _verdicts(candidates: Sequence[DecayCandidate], triples: Sequence[Triple], as_of: datetime,
+              settings: DecaySettings, clocks: dict[str, datetime], run_id: str | None) -> list[DecayVerdict]:
     return plan_decay(candidates, triples, as_of, min_age=timedelta(days=settings.min_age_days),
                       threshold=settings.threshold, base_rate=settings.base_rate, decay_facts=settings.decay_facts,
                       pii_retention=timedelta(days=settings.pii_retention_days), clocks=clocks, run_id=run_id)
+
+
+class DecayRange:
+    """What decay judges over consecutive days, read once: every row it may archive (seen
+    by `seen_by`, by default the shard's newest message before `end`), each user's newest
+    message of each day from `start` to `end`, their entity graph, and the error memories
+    with a TTL. The days are then judged in memory, in order (`advance`, `judge`,
+    `expired`), and what one archives leaves the rest (`drop`): a long backfill's decay
+    costs its rows, not reads per day. Rows run `run_id` stored are kept."""
+
+    def __init__(self, conn: psycopg.Connection, start: datetime, end: datetime, settings: DecaySettings,
+                 shard: Shard, run_id: str, seen_by: datetime | None = None) -> None:
+        self.settings, self.run_id = settings, run_id
+        self._newest = lifecycle_db.newest_messages_by_user_day(conn, start, end, shard)  # oldest first
+        self._taken = 0
+        self.clock = lifecycle_db.newest_message_before(conn, start, shard)  # the shard's, as advanced
+        self.last = max((ts for ts in (self.clock, *(ts for _, ts in self._newest)) if ts is not None), default=None)
+        seen_by = seen_by or self.last
+        self._rows = lifecycle_db.decay_candidates(conn, seen_by, None, shard) if seen_by else []
+        self._errors = lifecycle_db.decay_error_candidates(conn, seen_by, run_id, shard) if seen_by else []
+        users = sorted({c.user_id for c in self._rows if c.user_id is not None})
+        self._triples = grouped((t.user_id, t) for t in lifecycle_db.graph_statements(conn, users, all_users=False))
+        self.clocks = user_clocks(conn, sorted({*users, *(e["user_id"] for e in self._errors)}), start)
+
+    def advance(self, end: datetime) -> datetime | None:
+        """Move the clocks past every message before `end` (asked in order); the shard's clock."""
+        while self._taken < len(self._newest) and self._newest[self._taken][1] < end:
+            user, self.clock = self._newest[self._taken]
+            self.clocks[user] = self.clock
+            self._taken += 1
+        return self.clock
+
+    def judge(self, as_of: datetime, changed_since: datetime | None = None) -> list[DecayVerdict]:
+        """Every row seen by `as_of` (the clocks advanced to it), each by its user's clock;
+        with `changed_since` (the moment judged before) only rows of no user and of users who
+        wrote since: a user's verdicts follow from their own clock and rows, which only their
+        messages move."""
+        rows = [c for c in self._rows if c.seen_at <= as_of and (
+            changed_since is None or c.user_id is None or self.clocks.get(c.user_id, changed_since) > changed_since)]
+        users = sorted({c.user_id for c in rows if c.user_id is not None})
+        return _verdicts(rows, [t for u in users for t in self._triples.get(u, ())], as_of, self.settings,
+                         {u: self.clocks[u] for u in users if u in self.clocks}, self.run_id)
+
+    def expired(self, as_of: datetime) -> list[dict]:
+        """Error memories seen by `as_of` whose TTL their user's clock has passed, as archive rows."""
+        return [{"id": e["id"], "key": e["key"], "reason": "ttl", "score": None, "as_of": clock.isoformat()}
+                for e in self._errors if e["observed_at"] <= as_of and e["expires_at"] is not None
+                and (clock := self.clocks.get(e["user_id"])) is not None and e["expires_at"] <= clock]
+
+    def drop(self, table: str, ids: Collection[int]) -> None:
+        """Rows archived: no later day judges them again."""
+        if table == "error_memory":
+            self._errors = [e for e in self._errors if e["id"] not in ids]
+        else:
+            self._rows = [c for c in self._rows if c.source_table != table or c.id not in ids]
 
 
 def restore(conn: psycopg.Connection, archive_id: int) -> list[tuple[str, int]]:

@@ -94,14 +94,21 @@ def user_clocks(conn: psycopg.Connection, user_ids: Sequence[str], before: datet
                                                                          "before": before}) if ts is not None}
 
 
-def decay_candidates(conn: psycopg.Connection, as_of: datetime, user_id: str | None, shard: Shard,
-                     changed_since: datetime | None = None) -> list[DecayCandidate]:
+def newest_messages_by_user_day(conn: psycopg.Connection, start: datetime, end: datetime,
+                                shard: Shard) -> list[tuple[str, datetime]]:
+    """Each of the shard's users' newest message of each UTC day in [start, end), oldest first."""
+    return [(user, ts) for user, ts in conn.execute(query("newest_messages_by_user_day"),
+                                                     {"start": start, "end": end, **shard.params})]
+
+
+def decay_candidates(conn: psycopg.Connection, as_of: datetime, user_id: str | None,
+                     shard: Shard) -> list[DecayCandidate]:
     """Knowledge entries, then visible facts, seen by `as_of` (of one user, given one; of the
-    shard's users; with `changed_since`, only of users with a message after it, and rows of no user)."""
+    shard's users)."""
     with conn.cursor(row_factory=dict_row) as cur:
         return [DecayCandidate(**row) for listing in ("decay_knowledge_candidates", "decay_fact_candidates")
                 for row in cur.execute(query(listing), {"as_of": as_of, "user_id": user_id,
-                                                        "changed_since": changed_since, **shard.params}).fetchall()]
+                                                        **shard.params}).fetchall()]
 
 
 def graph_statements(conn: psycopg.Connection, user_ids: Sequence[str], all_users: bool) -> list[Triple]:
@@ -111,12 +118,12 @@ def graph_statements(conn: psycopg.Connection, user_ids: Sequence[str], all_user
                                                      {"user_ids": list(user_ids), "all_users": all_users}).fetchall()]
 
 
-def expired_errors(conn: psycopg.Connection, as_of: datetime, run_id: str, shard: Shard) -> list[dict]:
-    """Error memories of the shard's users past their TTL by their user's clock at `as_of`,
-    not stored by run `run_id` (id, key, user_id, session_id, as_of)."""
+def decay_error_candidates(conn: psycopg.Connection, as_of: datetime, run_id: str, shard: Shard) -> list[dict]:
+    """Error memories of the shard's users seen by `as_of`, not stored by run `run_id`
+    (id, key, user_id, observed_at, expires_at)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(query("expired_errors"), {"as_of": as_of, "run_id": run_id,
-                                                     **shard.params}).fetchall()
+        return cur.execute(query("decay_error_candidates"), {"as_of": as_of, "run_id": run_id,
+                                                             **shard.params}).fetchall()
 
 
 # --- the archive -------------------------------------------------------------------------

@@ -7,16 +7,15 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.config import DecaySettings
-from memory_pipelines.db import lifecycle as lifecycle_db
-from memory_pipelines.lifecycle import judge_decay, move_to_archive
+from memory_pipelines.lifecycle import DecayRange, move_to_archive
 from memory_pipelines.shards import ALL_USERS, Shard
-from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, StageReport, Window
+from memory_pipelines.stages.common import NO_BACKENDS, Backends, Counts, Slices, StageReport, Window
 
 ASSET = "memory_decay"
 
@@ -46,25 +45,22 @@ class DecayReport:
                 "max": round(ordered[-1], 4), "count": len(ordered)}
 
 
-def decay_as_of(conn: psycopg.Connection, window_end: datetime, shard: Shard = ALL_USERS) -> datetime | None:
-    """The shard's clock: the newest message of its users the pipeline has seen before the
-    window's end (conversation time, never the wall clock or a file's date), so a backfill
-    reproduces it and a shard never waits on another; None when nothing was ingested yet.
-    Each user's memory is judged by that user's own clock (`lifecycle.user_clocks`); this one serves
-    rows of no user and tells whether anything happened since."""
-    return lifecycle_db.newest_message_before(conn, window_end, shard)
-
-
 def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id: str,
-          settings: DecaySettings = DecaySettings(), shard: Shard = ALL_USERS,
-          changed_since: datetime | None = None) -> DecayReport:
+          settings: DecaySettings = DecaySettings(), shard: Shard = ALL_USERS) -> DecayReport:
     """Judge every knowledge entry and fact (of the shard's users) seen by `as_of`, each by
-    its user's clock (`lifecycle.judge_decay`, `core.knowledge_entries.plan_decay`), and move
-    to memory_archive what it archives (never what this run stored), and error memories past
-    their TTL. With `changed_since` (this run judged as of it already) only the users who
-    wrote since: a long backfill's work grows with its messages, not with its days × users."""
+    its user's clock, and move to memory_archive what it archives (never what run `run_id`
+    stored), and error memories past their TTL: one moment, as a day of the stage does."""
+    moment = as_of + timedelta(microseconds=1)  # the clocks count the message at as_of itself
+    judging = DecayRange(conn, moment, moment, settings, shard, run_id, seen_by=as_of)
+    return archive_judged(conn, judging, as_of, None, partition_key, run_id)
+
+
+def archive_judged(conn: psycopg.Connection, judging: DecayRange, as_of: datetime, changed_since: datetime | None,
+                   partition_key: str, run_id: str) -> DecayReport:
+    """Judge as of `as_of` (`DecayRange.judge`: with `changed_since`, only the users who wrote
+    since) and move what it archives, and the error memories past their TTL, to memory_archive."""
     report = DecayReport(as_of=as_of)
-    verdicts = judge_decay(conn, as_of, settings, shard=shard, run_id=run_id, changed_since=changed_since)
+    verdicts = judging.judge(as_of, changed_since)
     for table in ("knowledge_entries", "memory_facts"):
         moving = []
         for v in verdicts:
@@ -76,9 +72,10 @@ def decay(conn: psycopg.Connection, as_of: datetime, partition_key: str, run_id:
                 moving.append({"id": v.candidate.id, "key": v.candidate.key, "reason": v.reason,
                                "score": round(v.score, 6), "as_of": v.as_of.isoformat()})
         move_to_archive(conn, table, moving, partition_key, run_id)
-    expired = [{"id": r["id"], "key": r["key"], "reason": "ttl", "score": None, "as_of": r["as_of"].isoformat()}
-               for r in lifecycle_db.expired_errors(conn, as_of, run_id, shard)]
+        judging.drop(table, {r["id"] for r in moving})
+    expired = judging.expired(as_of)
     move_to_archive(conn, "error_memory", expired, partition_key, run_id)
+    judging.drop("error_memory", {r["id"] for r in expired})
     report.archived["error_memory:ttl"] += len(expired)
     return report
 
@@ -90,24 +87,27 @@ def run(pool: ConnectionPool, window: Window, settings: DecaySettings,
     # nothing (decay is idempotent): only the first day and days with data
     active = window.active_days(pool) | {window.first}
     with pool.connection() as conn:
+        # what every day judges is read once; each day is judged as of its shard's newest
+        # message (conversation time, never the wall clock), its users each by their own
+        judging = DecayRange(conn, window.span.start, window.span.end, settings, window.shard, window.run_id)
         # the run's first day judges everyone (anything may have changed since the last run), and
         # so does its last, which the report's score distribution describes; the days between
         # only the users whose clock moved since the day judged before
-        last = decay_as_of(conn, window.span.end, window.shard)
         judged_as_of = None
-        for key, day in window.days(ASSET, only=active):  # each day as of its own newest message, in order
-            as_of = decay_as_of(conn, day.end, window.shard)
-            if as_of is None or as_of == judged_as_of:
-                continue  # nothing ingested yet, or no message since the day judged before
-            changed_since = None if as_of == last else judged_as_of
-            judged_as_of = as_of
-            with conn.transaction():
-                judged = decay(conn, as_of, key, window.run_id, settings, window.shard, changed_since)
-            counts.as_of = judged.as_of.isoformat()
-            counts.archived += sum(judged.archived.values())
-            counts.archived_by_reason.update(judged.archived)
-            counts.kept_by_reason.update(judged.kept)
-            counts.score_distribution = judged.distribution()
+        with Slices(conn) as slices:
+            for key, day in window.days(ASSET, only=active):  # in order
+                as_of = judging.advance(day.end)
+                if as_of is None or as_of == judged_as_of:
+                    continue  # nothing ingested yet, or no message since the day judged before
+                changed_since = None if as_of == judging.last else judged_as_of
+                judged_as_of = as_of
+                with slices.item():
+                    judged = archive_judged(conn, judging, as_of, changed_since, key, window.run_id)
+                counts.as_of = judged.as_of.isoformat()
+                counts.archived += sum(judged.archived.values())
+                counts.archived_by_reason.update(judged.archived)
+                counts.kept_by_reason.update(judged.kept)
+                counts.score_distribution = judged.distribution()
     # only the reasons that happened
     counts.archived_by_reason = Counter({k: v for k, v in counts.archived_by_reason.items() if v})
     counts.kept_by_reason = Counter({k: v for k, v in counts.kept_by_reason.items() if v})

@@ -10,25 +10,19 @@ SELECT u.user_id, (SELECT max(m.ts) FROM messages m WHERE m.user_id = u.user_id 
 FROM unnest(%(user_ids)s::text[]) AS u(user_id);
 
 -- name: decay_knowledge_candidates
--- With changed_since: only rows of no user and of users with a message after it (whose clock
--- moved); the others' verdicts stand as judged then.
 SELECT 'knowledge_entries' AS source_table, id, entry_key AS key, user_id, title || ' ' || content AS text, importance,
        updated_at AS seen_at, access_count, last_accessed_at, valid_until, has_pii, run_id
 FROM knowledge_entries WHERE updated_at <= %(as_of)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
   AND memory_shard(user_id, %(shards)s) = %(shard)s
-  AND (%(changed_since)s::timestamptz IS NULL OR user_id IS NULL OR user_id IN (
-       SELECT m.user_id FROM messages m WHERE m.ts > %(changed_since)s AND m.ts <= %(as_of)s))
 ORDER BY id;
 
 -- name: decay_fact_candidates
--- Visible facts only: hidden rows go with their survivor. changed_since as above.
+-- Visible facts only: hidden rows go with their survivor.
 SELECT 'memory_facts' AS source_table, id, key, user_id, category || ' ' || key || ': ' || value AS text,
        (confidence / 100.0)::float8 AS importance, last_verified_at AS seen_at, access_count, last_accessed_at,
        expires_at AS valid_until, false AS has_pii, run_id
 FROM memory_facts WHERE merged_into IS NULL AND last_verified_at <= %(as_of)s
                    AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s) AND memory_shard(user_id, %(shards)s) = %(shard)s
-                   AND (%(changed_since)s::timestamptz IS NULL OR user_id IN (
-                        SELECT m.user_id FROM messages m WHERE m.ts > %(changed_since)s AND m.ts <= %(as_of)s))
 ORDER BY id;
 
 -- name: graph_statements
@@ -39,15 +33,22 @@ FROM entity_graph g LEFT JOIN entity_graph n ON n.id = g.closed_by
 WHERE %(all_users)s OR g.user_id = ANY(%(user_ids)s)
 ORDER BY g.id;
 
--- name: expired_errors
--- Past their TTL by their user's own clock (the user's newest message by as_of), and not
--- stored by this run.
-SELECT e.id, e.tool AS key, e.user_id, e.session_id, clock.ts AS as_of
-FROM error_memory e
-CROSS JOIN LATERAL (SELECT max(m.ts) AS ts FROM messages m WHERE m.user_id = e.user_id AND m.ts <= %(as_of)s) clock
-WHERE e.observed_at <= %(as_of)s AND e.expires_at <= clock.ts AND e.run_id <> %(run_id)s
-  AND memory_shard(e.user_id, %(shards)s) = %(shard)s
-ORDER BY e.id;
+-- name: decay_error_candidates
+-- Error memories seen by as_of and not stored by this run: each expires once its user's own
+-- clock (their newest message) passes its TTL.
+SELECT id, tool AS key, user_id, observed_at, expires_at
+FROM error_memory
+WHERE observed_at <= %(as_of)s AND run_id <> %(run_id)s AND memory_shard(user_id, %(shards)s) = %(shard)s
+ORDER BY id;
+
+-- name: newest_messages_by_user_day
+-- Each of the shard's users' newest message of each UTC day in a window, oldest first: every
+-- clock decay reads over a range of days, in one read (messages_ts_idx).
+SELECT user_id, max(ts) AS ts
+FROM messages
+WHERE ts >= %(start)s AND ts < %(end)s AND memory_shard(user_id, %(shards)s) = %(shard)s
+GROUP BY user_id, (ts AT TIME ZONE 'UTC')::date
+ORDER BY 2, 1;
 
 -- name: archive_rows
 -- Each row with the moment it was judged from (its user's clock).

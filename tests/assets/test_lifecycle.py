@@ -18,9 +18,11 @@ from assets.resources import LifecycleSettings
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.embed import EmbedConfig, build_embedder
 from memory_pipelines.graph import reachable, relations
-from memory_pipelines.lifecycle import (expire_pii_older_than, export_markdown, forget, judge_decay, pii_entries,
-                                        restore)
+from memory_pipelines.lifecycle import (DecayRange, expire_pii_older_than, export_markdown, forget, judge_decay,
+                                        pii_entries, restore)
 from memory_pipelines.search import MemorySearch, UnifiedMemorySearch
+from memory_pipelines.shards import ALL_USERS
+from memory_pipelines.stages.common import day_window
 from memory_pipelines.stages.decay import decay
 from tests.helpers import (EAGER_DECAY, content_fingerprints, materialization_metadata, materialize_partitions,
                            materialize_range, pipeline_resources)
@@ -176,13 +178,37 @@ def test_decay_judges_again_only_the_users_who_wrote_since_it_last_judged(make_s
                                         "GROUP BY user_id) AS clocks").fetchall()
         wrote = {u for (u,) in conn.execute("SELECT DISTINCT user_id FROM messages WHERE ts > %s AND ts <= %s",
                                             (since, as_of))}
-        everyone = judge_decay(conn, as_of, EAGER_DECAY.decay(), run_id="later")
-        again = judge_decay(conn, as_of, EAGER_DECAY.decay(), run_id="later", changed_since=since)
+        moment = as_of + timedelta(microseconds=1)
+        judging = DecayRange(conn, moment, moment, EAGER_DECAY.decay(), ALL_USERS, "later")
+        everyone = judging.judge(as_of)
+        again = judging.judge(as_of, changed_since=since)
     judged_users = {v.candidate.user_id for v in everyone}
     assert wrote and wrote < judged_users  # some users wrote in those days, not all
     assert {v.candidate.user_id for v in again} - {None} == wrote
     assert [(v.candidate.id, v.reason, v.score) for v in again] == \
         [(v.candidate.id, v.reason, v.score) for v in everyone if v.candidate.user_id in wrote | {None}]
+
+
+def test_a_range_read_once_judges_each_day_as_reading_it_that_day_does(make_sample_database):
+    """`DecayRange` reads a range's rows and clocks once and advances through its days: each
+    day's moment and verdicts are those of judging that day from the database."""
+    days = [day_window(d) for d in DAYS]
+    settings = EAGER_DECAY.decay()
+    with psycopg.connect(make_sample_database()) as conn:
+        judging = DecayRange(conn, days[0].start, days[-1].end, settings, ALL_USERS, "later")
+        judged = 0
+        for day in days:
+            as_of = judging.advance(day.end)
+            assert as_of == conn.execute("SELECT max(ts) FROM messages WHERE ts < %s", (day.end,)).fetchone()[0]
+            if as_of is None:
+                continue
+            verdicts = [(v.candidate.source_table, v.candidate.id, v.reason, v.score, v.as_of)
+                        for v in judging.judge(as_of)]
+            assert verdicts == [(v.candidate.source_table, v.candidate.id, v.reason, v.score, v.as_of)
+                                for v in judge_decay(conn, as_of, settings, run_id="later")]
+            judged += len(verdicts)
+        assert judging.last == as_of and judged > 0
+        assert {v.reason for v in judging.judge(as_of)} >= {"decayed"}  # archiving something is judged too
 
 
 def test_decay_archives_restores_and_is_deterministic(make_database):
