@@ -84,15 +84,17 @@ def refresh_memory_summaries(pool: ConnectionPool, user_ids: Sequence[str], writ
 
 
 def _extract_batch(conn: psycopg.Connection, batch: Sequence[facts_chunks_db.DueSession], key: str, end: datetime,
-                   ctx: CallContext) -> StageReport[FactCounts]:
-    """A batch of due sessions, in the caller's transaction: lock them, read the facts their
-    summaries' distillation calls wrote (through the day) with the messages those read,
-    validate them item by item, write what holds. A session whose noise judging failed, or
-    whose summary does not yet reach its last reply, is left due."""
+                   ctx: CallContext, locked: bool = False) -> StageReport[FactCounts]:
+    """A batch of due sessions, in the caller's transaction: lock them (unless `locked`: the
+    caller holds their session and user locks), read the facts their summaries'
+    distillation calls wrote (through the day) with the messages those read, validate them
+    item by item, write what holds. A session whose noise judging failed, or whose summary
+    does not yet reach its last reply, is left due."""
     report = _report()
     counts = report.counts
     ids = [s.session_id for s in batch]
-    summaries_db.lock_sessions(conn, ids)
+    if not locked:
+        summaries_db.lock_sessions(conn, ids)
     judging_failed = facts_chunks_db.sessions_judging_failed(conn, ids, key)
     for session_id in sorted(judging_failed):
         # its noise is not known yet: facts taken from noise now would stay for good
@@ -113,7 +115,8 @@ def _extract_batch(conn: psycopg.Connection, batch: Sequence[facts_chunks_db.Due
     ready = [s for s in batch if s.session_id not in waiting]
     chunks = summaries_db.distilled_chunks(conn, [s.session_id for s in ready], through=key)
     messages = summaries_db.chunks_kept_messages(conn, [c for found in chunks.values() for c in found])
-    facts_chunks_db.lock_users(conn, [s.user_id for s in ready])
+    if not locked:
+        facts_chunks_db.lock_users(conn, [s.user_id for s in ready])
     archived_keys = lifecycle_db.archived_fact_keys(conn, [s.user_id for s in ready])
     extracted, observed = [], []
     # nothing below waits on an answer (but a re-observed archived key): sent in one round trip
@@ -181,8 +184,9 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
     # transaction holds begins a new one, so runs at once never deadlock
     with pool.connection() as conn, Slices(conn) as slices:
         for key, end, batch in batches():
-            with slices.item(lambda: _locked_now(conn, batch)):
-                report.merge(_extract_batch(conn, batch, key, end, ctx))
+            with slices.item(lambda: _locked_now(conn, batch)) as first:
+                # a batch joining a slice took its locks to join it
+                report.merge(_extract_batch(conn, batch, key, end, ctx, locked=not first))
     with pool.connection() as conn:
         outdated = facts_chunks_db.users_with_outdated_memory_summary(conn, window.shard)
     report.merge(refresh_memory_summaries(pool, sorted(report.users | set(outdated)), backends.writer, ctx,

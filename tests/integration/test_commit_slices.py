@@ -81,7 +81,10 @@ def test_an_item_whose_locks_another_transaction_holds_begins_a_new_slice(databa
         with Slices(conn, seconds=60) as slices:
             for item, session_id, user_id in [("a", "s1", "u1"), ("b", "s2", "u3"), ("c", "s3", "u2")]:
                 conn.execute("SELECT 1")  # a read before each item, as the day's due sessions are
-                with slices.item(lambda: try_lock_sessions_and_users(conn, [session_id], [user_id])):
+                with slices.item(lambda: try_lock_sessions_and_users(conn, [session_id], [user_id])) as first:
+                    if not first:  # it joined the slice holding the locks it tried (the stages take no others)
+                        assert not try_lock_sessions_and_users(other, [session_id], [])
+                        assert not try_lock_sessions_and_users(other, [], [user_id])
                     conn.execute("INSERT INTO stored VALUES (%s, txid_current())", [item])
             # the slices were committed: no lock of theirs is left
             assert try_lock_sessions_and_users(other, ["s1", "s2"], ["u1", "u3"])
