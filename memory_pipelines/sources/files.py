@@ -16,7 +16,7 @@ import json
 import threading
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -325,13 +325,16 @@ class FileSource:
             groups = {day_window(window, d): by_day[d] for d in sorted(by_day)}
 
         refused: set[str] = set()  # files found unreadable: quarantined once, in the first window reading them
+        ahead: dict[TimeWindow, dict[str, list[tuple]]] = {}  # the next days' rows of kept files, read at once
 
         def read(w: TimeWindow) -> Iterator[TranscriptScan]:
             # a day's files are one scan (a fork's parent may be in another file of the day),
             # in name order (as records are ordered); undated records (every one refused) a
             # scan per file
+            if not undated and w not in ahead:
+                ahead.update(self._read_ahead(groups, w, catalog))
             for batch in ([[obj] for obj in groups[w]] if undated else [groups[w]]):
-                rows, unreadable = self._rows_of(batch, catalog, w, undated)
+                rows, unreadable = self._rows_of(batch, catalog, w, undated, ahead.pop(w, {}))
                 fresh = [r for r in unreadable if r.source_file not in refused]
                 refused.update(r.source_file for r in fresh)
                 yield scan_of(w, rows, len(batch), catalog.listing.skipped, fresh)
@@ -359,14 +362,41 @@ class FileSource:
             yield from (row_to_result(row) for row in rows if not is_skipped_event(row))
             yield from unreadable
 
+    def _read_ahead(self, groups: Mapping[TimeWindow, Sequence[SourceObject]], first: TimeWindow,
+                    catalog: Catalog) -> dict[TimeWindow, dict[str, list[tuple]]]:
+        """The rows of the days from `first` on whose files stay validated, up to
+        SCAN_BATCH_BYTES of files, in one query a batch: a long range of small days is not a
+        query a day (file -> its rows of the day, each day's files kept validated)."""
+        windows = list(groups)
+        block, names, size = [], {}, 0
+        for w in windows[windows.index(first):]:
+            fresh = [obj for obj in groups[w] if obj.name not in names]
+            if block and size + sum(obj.size for obj in fresh) > SCAN_BATCH_BYTES:
+                break
+            block.append(w)
+            names |= {obj.name: self._key(obj, catalog.dating(obj)) for obj in fresh}
+            size += sum(obj.size for obj in fresh)
+        params = {"start_us": to_us(block[0].start), "end_us": to_us(block[-1].end), "undated": False}
+        found = _validated.rows([(key, name) for name, key in names.items()], params)
+        by_day: dict[int, dict[str, list[tuple]]] = {to_us(w.start) // DAY_US: {} for w in block}
+        for name, rows in found.items():
+            for row in rows:  # a day with no file of its own in the plan is read by none, as day by day
+                if (day := by_day.get(row[-1] // DAY_US)) is not None:  # the last column: event_us
+                    day.setdefault(name, []).append(row)
+        return {w: {obj.name: by_day[to_us(w.start) // DAY_US].get(obj.name, []) for obj in groups[w]
+                    if obj.name in found} for w in block}
+
     def _rows_of(self, objects: Sequence[SourceObject], catalog: Catalog, window: TimeWindow,
-                 undated: bool) -> tuple[list[tuple], list[QuarantinedRecord]]:
+                 undated: bool, known: Mapping[str, list[tuple]] | None = None,
+                 ) -> tuple[list[tuple], list[QuarantinedRecord]]:
         """The validated rows of files in the window, in file order, and a refused record for
         each file that cannot be read now (a failed read is never kept: the next window or
-        run reads the file again). Files not kept validated are read and validated together."""
+        run reads the file again). `known`: rows read ahead, by file. Files not kept
+        validated are read and validated together."""
         params = {"start_us": to_us(window.start), "end_us": to_us(window.end), "undated": undated}
         keys = {obj.name: self._key(obj, catalog.dating(obj)) for obj in objects}
-        found = _validated.rows([(keys[obj.name], obj.name) for obj in objects], params)
+        found = dict(known or {})
+        found |= _validated.rows([(keys[obj.name], obj.name) for obj in objects if obj.name not in found], params)
         missing: list[tuple[SourceObject, list[RawRecord]]] = []
         unreadable: list[QuarantinedRecord] = []
         for obj in objects:

@@ -13,7 +13,7 @@ import duckdb
 import jsonschema
 import pytest
 
-from memory_pipelines.config import PACKAGE_DIR, SAMPLE_BAD_INPUT
+from memory_pipelines.config import PACKAGE_DIR, SAMPLE_BAD_INPUT, SAMPLE_TRANSCRIPTS
 from memory_pipelines.records import QuarantineReason, TimeWindow
 from memory_pipelines.sources import SourceSettings, open_source
 from memory_pipelines.sources.base import NotATranscriptFile
@@ -392,3 +392,23 @@ def test_indexing_keeps_validated_only_the_batches_holding_the_planned_days(tmp_
     other = source.plan(_day(3))
     assert [m.session_id for w in other.windows for s in other.read(w) for m in s.messages] == ["s03"]
     assert passes == [1, 1, 1, 1]  # day 3's was not: validated again
+
+
+def test_a_range_reads_its_days_ahead_at_once_and_each_day_as_read_alone(monkeypatch):
+    """A plan over many days reads the rows of the files it keeps validated for several days
+    in one query (a long range of small days is not a query a day), and each day gets what
+    a plan of that day alone reads."""
+    from memory_pipelines.sources import files
+
+    queries = []
+    read_rows = files.window_rows
+    monkeypatch.setattr(files, "window_rows", lambda con, names, params: queries.append(params) or read_rows(
+        con, names, params))
+    days = location_days(SAMPLE_TRANSCRIPTS)
+    source = open_source(SourceSettings(location=str(SAMPLE_TRANSCRIPTS)), MemoryIndex())
+    plan = source.plan(TimeWindow(datetime.combine(days[0], datetime.min.time(), UTC),
+                                  datetime.combine(days[-1] + timedelta(days=1), datetime.min.time(), UTC)))
+    ranged = {w: list(plan.read(w)) for w in plan.windows}
+    assert len(plan.windows) == len(days) > 5 and 0 < len(queries) < len(days) / 2
+    alone = {w: list(source.plan(w).read(w)) for w in plan.windows}
+    assert ranged == alone and sum(len(s.messages) for scans in ranged.values() for s in scans) > 0
