@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -61,32 +62,42 @@ def _verdicts(candidates: Sequence[DecayCandidate], triples: Sequence[Triple], a
 
 class DecayRange:
     """What decay judges over consecutive days, read once: every row it may archive (seen
-    by `seen_by`, by default the shard's newest message before `end`), each user's newest
-    message of each day from `start` to `end`, their entity graph, and the error memories
-    with a TTL. The days are then judged in memory, in order (`advance`, `judge`,
-    `expired`), and what one archives leaves the rest (`drop`): a long backfill's decay
-    costs its rows, not reads per day. Rows run `run_id` stored are kept."""
+    by `seen_by`, by default the shard's newest message before `end`), its users' clocks
+    before `start`, their entity graph and the error memories with a TTL; then each user's
+    newest message of each day, a month of days at a time. The days are judged in memory,
+    in order (`advance`, `judge`, `expired`), and what one archives leaves the rest
+    (`drop`): a long backfill's decay costs its rows, not reads per day. Rows run `run_id`
+    stored are kept."""
+
+    CLOCK_DAYS = timedelta(days=31)  # the days of clocks read at a time: memory stays users × a month
 
     def __init__(self, conn: psycopg.Connection, start: datetime, end: datetime, settings: DecaySettings,
                  shard: Shard, run_id: str, seen_by: datetime | None = None) -> None:
         self.settings, self.run_id = settings, run_id
-        self._newest = lifecycle_db.newest_messages_by_user_day(conn, start, end, shard)  # oldest first
-        self._taken = 0
+        self._conn, self._shard, self._read_to, self._end = conn, shard, start, end
+        self._pending: deque[tuple[str, datetime]] = deque()  # (user, newest of a day) read, not yet passed
         self.clock = lifecycle_db.newest_message_before(conn, start, shard)  # the shard's, as advanced
-        self.last = max((ts for ts in (self.clock, *(ts for _, ts in self._newest)) if ts is not None), default=None)
+        self.last = lifecycle_db.newest_message_before(conn, end, shard) if end > start else self.clock
         seen_by = seen_by or self.last
-        self._rows = lifecycle_db.decay_candidates(conn, seen_by, None, shard) if seen_by else []
+        rows = lifecycle_db.decay_candidates(conn, seen_by, None, shard) if seen_by else []
+        self._position = {(c.source_table, c.id): i for i, c in enumerate(rows)}
+        self._rows = grouped((c.user_id, c) for c in rows)  # by user (None: rows of no user)
         self._errors = lifecycle_db.decay_error_candidates(conn, seen_by, run_id, shard) if seen_by else []
-        users = sorted({c.user_id for c in self._rows if c.user_id is not None})
+        self._gone: set[tuple[str, int]] = set()
+        users = sorted(u for u in self._rows if u is not None)
         self._triples = grouped((t.user_id, t) for t in lifecycle_db.graph_statements(conn, users, all_users=False))
         self.clocks = user_clocks(conn, sorted({*users, *(e["user_id"] for e in self._errors)}), start)
 
     def advance(self, end: datetime) -> datetime | None:
         """Move the clocks past every message before `end` (asked in order); the shard's clock."""
-        while self._taken < len(self._newest) and self._newest[self._taken][1] < end:
-            user, self.clock = self._newest[self._taken]
+        while self._read_to < min(end, self._end):
+            until = min(self._read_to + self.CLOCK_DAYS, self._end)
+            self._pending.extend(lifecycle_db.newest_messages_by_user_day(self._conn, self._read_to, until,
+                                                                          self._shard))
+            self._read_to = until
+        while self._pending and self._pending[0][1] < end:
+            user, self.clock = self._pending.popleft()
             self.clocks[user] = self.clock
-            self._taken += 1
         return self.clock
 
     def judge(self, as_of: datetime, changed_since: datetime | None = None) -> list[DecayVerdict]:
@@ -94,11 +105,14 @@ class DecayRange:
         with `changed_since` (the moment judged before) only rows of no user and of users who
         wrote since: a user's verdicts follow from their own clock and rows, which only their
         messages move."""
-        rows = [c for c in self._rows if c.seen_at <= as_of and (
-            changed_since is None or c.user_id is None or self.clocks.get(c.user_id, changed_since) > changed_since)]
-        users = sorted({c.user_id for c in rows if c.user_id is not None})
-        return _verdicts(rows, [t for u in users for t in self._triples.get(u, ())], as_of, self.settings,
-                         {u: self.clocks[u] for u in users if u in self.clocks}, self.run_id)
+        users = [u for u in self._rows if u is not None and (
+            changed_since is None or self.clocks.get(u, changed_since) > changed_since)]
+        rows = sorted((c for u in (None, *users) for c in self._rows.get(u, ())
+                       if c.seen_at <= as_of and (c.source_table, c.id) not in self._gone),
+                      key=lambda c: self._position[(c.source_table, c.id)])
+        judged = sorted({c.user_id for c in rows if c.user_id is not None})
+        return _verdicts(rows, [t for u in judged for t in self._triples.get(u, ())], as_of, self.settings,
+                         {u: self.clocks[u] for u in judged if u in self.clocks}, self.run_id)
 
     def expired(self, as_of: datetime) -> list[dict]:
         """Error memories seen by `as_of` whose TTL their user's clock has passed, as archive rows."""
@@ -111,7 +125,7 @@ class DecayRange:
         if table == "error_memory":
             self._errors = [e for e in self._errors if e["id"] not in ids]
         else:
-            self._rows = [c for c in self._rows if c.source_table != table or c.id not in ids]
+            self._gone |= {(table, i) for i in ids}
 
 
 def restore(conn: psycopg.Connection, archive_id: int) -> list[tuple[str, int]]:

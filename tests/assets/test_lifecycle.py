@@ -189,9 +189,11 @@ def test_decay_judges_again_only_the_users_who_wrote_since_it_last_judged(make_s
         [(v.candidate.id, v.reason, v.score) for v in everyone if v.candidate.user_id in wrote | {None}]
 
 
-def test_a_range_read_once_judges_each_day_as_reading_it_that_day_does(make_sample_database):
-    """`DecayRange` reads a range's rows and clocks once and advances through its days: each
-    day's moment and verdicts are those of judging that day from the database."""
+def test_a_range_read_once_judges_each_day_as_reading_it_that_day_does(make_sample_database, monkeypatch):
+    """`DecayRange` reads a range's rows once, its clocks a few days at a time, and advances
+    through its days: each day's moment and verdicts are those of judging that day from the
+    database."""
+    monkeypatch.setattr(DecayRange, "CLOCK_DAYS", timedelta(days=3))  # the sample's two weeks in five reads
     days = [day_window(d) for d in DAYS]
     settings = EAGER_DECAY.decay()
     with psycopg.connect(make_sample_database()) as conn:
