@@ -10,7 +10,7 @@ import re
 from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -60,6 +60,9 @@ def _verdicts(candidates: Sequence[DecayCandidate], triples: Sequence[Triple], a
                       pii_retention=timedelta(days=settings.pii_retention_days), clocks=clocks, run_id=run_id)
 
 
+NO_LATER_THAN = datetime.max.replace(tzinfo=UTC)  # rows read again as they are now, whenever last seen
+
+
 class DecayRange:
     """What decay judges over consecutive days, read once: every row it may archive (seen
     by `seen_by`, by default the shard's newest message before `end`), its users' clocks
@@ -104,21 +107,51 @@ class DecayRange:
         """Every row seen by `as_of` (the clocks advanced to it), each by its user's clock;
         with `changed_since` (the moment judged before) only rows of no user and of users who
         wrote since: a user's verdicts follow from their own clock and rows, which only their
-        messages move."""
+        messages move. The rows it would archive are read again first (`_reread`)."""
         users = [u for u in self._rows if u is not None and (
             changed_since is None or self.clocks.get(u, changed_since) > changed_since)]
-        rows = sorted((c for u in (None, *users) for c in self._rows.get(u, ())
-                       if c.seen_at <= as_of and (c.source_table, c.id) not in self._gone),
-                      key=lambda c: self._position[(c.source_table, c.id)])
-        judged = sorted({c.user_id for c in rows if c.user_id is not None})
-        return _verdicts(rows, [t for u in judged for t in self._triples.get(u, ())], as_of, self.settings,
-                         {u: self.clocks[u] for u in judged if u in self.clocks}, self.run_id)
+        while True:
+            rows = sorted((c for u in (None, *users) for c in self._rows.get(u, ())
+                           if c.seen_at <= as_of and (c.source_table, c.id) not in self._gone),
+                          key=lambda c: self._position[(c.source_table, c.id)])
+            judged = sorted({c.user_id for c in rows if c.user_id is not None})
+            verdicts = _verdicts(rows, [t for u in judged for t in self._triples.get(u, ())], as_of, self.settings,
+                                 {u: self.clocks[u] for u in judged if u in self.clocks}, self.run_id)
+            if not self._reread([v.candidate for v in verdicts if v.archived]):
+                return verdicts
+
+    def _reread(self, rows: Sequence[DecayCandidate]) -> bool:
+        """Whether another transaction changed or removed any of `rows` since they were read
+        (a search counted an access, a run observed one again): those are taken as they are
+        now, so nothing is archived that judging from the database at that moment keeps."""
+        if not rows:
+            return False
+        now = {(c.source_table, c.id): c for c in lifecycle_db.decay_candidates(
+            self._conn, NO_LATER_THAN, None, self._shard, ids=sorted({c.id for c in rows}))}
+        changed = [c for c in rows if now.get((c.source_table, c.id)) != c]
+        for c in changed:
+            key = (c.source_table, c.id)
+            if key in now:
+                self._rows[c.user_id] = [now[key] if (r.source_table, r.id) == key else r
+                                         for r in self._rows[c.user_id]]
+            else:
+                self._gone.add(key)
+        return bool(changed)
 
     def expired(self, as_of: datetime) -> list[dict]:
-        """Error memories seen by `as_of` whose TTL their user's clock has passed, as archive rows."""
-        return [{"id": e["id"], "key": e["key"], "reason": "ttl", "score": None, "as_of": clock.isoformat()}
-                for e in self._errors if e["observed_at"] <= as_of and e["expires_at"] is not None
-                and (clock := self.clocks.get(e["user_id"])) is not None and e["expires_at"] <= clock]
+        """Error memories seen by `as_of` whose TTL their user's clock has passed, as archive
+        rows; read again first, as `judge` does (a search hit extends a TTL)."""
+        while True:
+            rows = [e for e in self._errors if e["observed_at"] <= as_of and e["expires_at"] is not None
+                    and (clock := self.clocks.get(e["user_id"])) is not None and e["expires_at"] <= clock]
+            now = {e["id"]: e for e in lifecycle_db.decay_error_candidates(
+                self._conn, NO_LATER_THAN, self.run_id, self._shard, ids=[e["id"] for e in rows])} if rows else {}
+            if all(now.get(e["id"]) == e for e in rows):
+                return [{"id": e["id"], "key": e["key"], "reason": "ttl", "score": None,
+                         "as_of": self.clocks[e["user_id"]].isoformat()} for e in rows]
+            changed = {e["id"] for e in rows if now.get(e["id"]) != e}
+            self._errors = [now[e["id"]] if e["id"] in changed else e for e in self._errors
+                            if e["id"] not in changed or e["id"] in now]
 
     def drop(self, table: str, ids: Collection[int]) -> None:
         """Rows archived: no later day judges them again."""

@@ -101,13 +101,13 @@ def newest_messages_by_user_day(conn: psycopg.Connection, start: datetime, end: 
                                                      {"start": start, "end": end, **shard.params})]
 
 
-def decay_candidates(conn: psycopg.Connection, as_of: datetime, user_id: str | None,
-                     shard: Shard) -> list[DecayCandidate]:
+def decay_candidates(conn: psycopg.Connection, as_of: datetime, user_id: str | None, shard: Shard,
+                     ids: Sequence[int] | None = None) -> list[DecayCandidate]:
     """Knowledge entries, then visible facts, seen by `as_of` (of one user, given one; of the
-    shard's users)."""
+    shard's users; with `ids`, only rows of those ids)."""
     with conn.cursor(row_factory=dict_row) as cur:
         return [DecayCandidate(**row) for listing in ("decay_knowledge_candidates", "decay_fact_candidates")
-                for row in cur.execute(query(listing), {"as_of": as_of, "user_id": user_id,
+                for row in cur.execute(query(listing), {"as_of": as_of, "user_id": user_id, "ids": ids,
                                                         **shard.params}).fetchall()]
 
 
@@ -118,11 +118,12 @@ def graph_statements(conn: psycopg.Connection, user_ids: Sequence[str], all_user
                                                      {"user_ids": list(user_ids), "all_users": all_users}).fetchall()]
 
 
-def decay_error_candidates(conn: psycopg.Connection, as_of: datetime, run_id: str, shard: Shard) -> list[dict]:
-    """Error memories of the shard's users seen by `as_of`, not stored by run `run_id`
-    (id, key, user_id, observed_at, expires_at)."""
+def decay_error_candidates(conn: psycopg.Connection, as_of: datetime, run_id: str, shard: Shard,
+                           ids: Sequence[int] | None = None) -> list[dict]:
+    """Error memories of the shard's users seen by `as_of`, not stored by run `run_id` (with
+    `ids`, only those): id, key, user_id, observed_at, expires_at."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(query("decay_error_candidates"), {"as_of": as_of, "run_id": run_id,
+        return cur.execute(query("decay_error_candidates"), {"as_of": as_of, "run_id": run_id, "ids": ids,
                                                              **shard.params}).fetchall()
 
 

@@ -10,10 +10,11 @@ SELECT u.user_id, (SELECT max(m.ts) FROM messages m WHERE m.user_id = u.user_id 
 FROM unnest(%(user_ids)s::text[]) AS u(user_id);
 
 -- name: decay_knowledge_candidates
+-- (ids given: only those rows, as they are now)
 SELECT 'knowledge_entries' AS source_table, id, entry_key AS key, user_id, title || ' ' || content AS text, importance,
        updated_at AS seen_at, access_count, last_accessed_at, valid_until, has_pii, run_id
 FROM knowledge_entries WHERE updated_at <= %(as_of)s AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s)
-  AND memory_shard(user_id, %(shards)s) = %(shard)s
+  AND memory_shard(user_id, %(shards)s) = %(shard)s AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
 ORDER BY id;
 
 -- name: decay_fact_candidates
@@ -23,6 +24,7 @@ SELECT 'memory_facts' AS source_table, id, key, user_id, category || ' ' || key 
        expires_at AS valid_until, false AS has_pii, run_id
 FROM memory_facts WHERE merged_into IS NULL AND last_verified_at <= %(as_of)s
                    AND (%(user_id)s::text IS NULL OR user_id = %(user_id)s) AND memory_shard(user_id, %(shards)s) = %(shard)s
+                   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
 ORDER BY id;
 
 -- name: graph_statements
@@ -39,6 +41,7 @@ ORDER BY g.id;
 SELECT id, tool AS key, user_id, observed_at, expires_at
 FROM error_memory
 WHERE observed_at <= %(as_of)s AND run_id <> %(run_id)s AND memory_shard(user_id, %(shards)s) = %(shard)s
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s))
 ORDER BY id;
 
 -- name: newest_messages_by_user_day

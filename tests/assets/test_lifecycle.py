@@ -213,6 +213,34 @@ def test_a_range_read_once_judges_each_day_as_reading_it_that_day_does(make_samp
         assert {v.reason for v in judging.judge(as_of)} >= {"decayed"}  # archiving something is judged too
 
 
+def test_a_row_another_transaction_touched_since_the_range_read_it_is_judged_as_it_is_now(make_sample_database):
+    """A range judges from rows read at its start; what it would archive is read again first:
+    an entry a search hit in the meantime is recently accessed, and an error memory whose TTL
+    a hit extended has not expired."""
+    url = make_sample_database()
+    settings = EAGER_DECAY.decay()
+    with psycopg.connect(url) as conn, psycopg.connect(url, autocommit=True) as other:
+        [(as_of,)] = conn.execute("SELECT max(ts) FROM messages").fetchall()
+        moment = as_of + timedelta(microseconds=1)
+        other.execute("UPDATE error_memory SET expires_at = observed_at")  # every TTL over
+        judging = DecayRange(conn, moment, moment, settings, ALL_USERS, "later", seen_by=as_of)
+        decayed = [v.candidate.id for v in judge_decay(conn, as_of, settings, run_id="later") if v.archived
+                   and v.candidate.source_table == "knowledge_entries"]
+        expired = [e["id"] for e in DecayRange(conn, moment, moment, settings, ALL_USERS, "later",
+                                               seen_by=as_of).expired(as_of)]
+        assert decayed and expired  # without the hits below, both would go
+        # meanwhile a search hits one entry and one error memory (an access; a TTL extended)
+        other.execute("UPDATE knowledge_entries SET access_count = access_count + 1, last_accessed_at = now() "
+                      "WHERE id = %s", [decayed[0]])
+        other.execute("UPDATE error_memory SET expires_at = %s WHERE id = %s",
+                      [as_of + timedelta(days=90), expired[0]])
+        verdicts = {v.candidate.id: v for v in judging.judge(as_of)
+                    if v.candidate.source_table == "knowledge_entries"}
+        assert verdicts[decayed[0]].reason == "recently_accessed" and not verdicts[decayed[0]].archived
+        assert all(verdicts[i].archived for i in decayed[1:])
+        assert [e["id"] for e in judging.expired(as_of)] == expired[1:]
+
+
 def test_decay_archives_restores_and_is_deterministic(make_database):
     urls = [make_database(), make_database()]
     for url in urls:
