@@ -46,9 +46,7 @@ def run(pool: ConnectionPool, window: Window, settings: Settings,
             # sessions active in the day, or gone stale early in it
             session_ids = list(dict.fromkeys(s for s, _ in summaries_db.sessions_in_window(
                 conn, TimeWindow(day.start - settings.stale_after, day.end), window.shard)))
-            with slices.item(lambda: facts_chunks_db.try_lock_sessions_and_users(conn, session_ids, [])) as first:
-                if first:  # a day joining a slice took its locks to join it
-                    summaries_db.lock_sessions(conn, session_ids)
+            with slices.item(session_ids):
                 states = facts_chunks_db.chunk_window_states(conn, session_ids, day.end, settings.window)
                 pending = facts_chunks_db.chunk_pending_messages(conn, states, day.end)
                 packed = {}

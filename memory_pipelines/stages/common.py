@@ -21,6 +21,7 @@ from typing import Any, Generic, Self, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.embed import Embedder
 from memory_pipelines.llm.backends import ModelBackend, ModelCall
@@ -286,8 +287,12 @@ class Slices:
 
         with Slices(conn) as slices:
             for item in items:
-                with slices.item() as first:  # first: the item begins a new transaction
+                with slices.item(sessions, users) as first:  # first: the item begins a new transaction
                     ...
+
+    An item holds its sessions' and users' locks. A slice holding locks waits for no more
+    (locks taken out of order would deadlock two runs): an item joins the slice only if it
+    takes its locks at once, and otherwise begins a new slice, where it waits for them.
     """
 
     def __init__(self, conn: psycopg.Connection, seconds: float = COMMIT_SECONDS) -> None:
@@ -302,10 +307,12 @@ class Slices:
             self._commit()
 
     @contextmanager
-    def item(self, joins: Callable[[], bool] = lambda: True) -> Iterator[bool]:
-        """One item: commits the slice first when it is `seconds` old or the item does not
-        `joins` it (asked only of a slice under way); yields whether the item begins a new one."""
-        if self.began is not None and (monotonic() - self.began >= self.seconds or not joins()):
+    def item(self, sessions: Sequence[str] = (), users: Sequence[str] = ()) -> Iterator[bool]:
+        """One item holding the locks of `sessions` and `users`: commits the slice first when
+        it is `seconds` old or another transaction holds one of the locks; yields whether the
+        item begins a new slice."""
+        if self.began is not None and (monotonic() - self.began >= self.seconds or (
+                (sessions or users) and not facts_chunks_db.try_lock_sessions_and_users(self.conn, sessions, users))):
             self._commit()
         first = self.began is None
         if first:
@@ -313,6 +320,10 @@ class Slices:
                 self.conn.commit()  # a read between slices began a transaction: it ends here, not the slice
             self._slice.enter_context(self.conn.transaction())
             self.began = monotonic()
+            if sessions:
+                summaries_db.lock_sessions(self.conn, sessions)
+            if users:
+                facts_chunks_db.lock_users(self.conn, users)
         try:
             with self.conn.transaction():  # a savepoint within the slice's transaction
                 yield first

@@ -84,17 +84,14 @@ def refresh_memory_summaries(pool: ConnectionPool, user_ids: Sequence[str], writ
 
 
 def _extract_batch(conn: psycopg.Connection, batch: Sequence[facts_chunks_db.DueSession], key: str, end: datetime,
-                   ctx: CallContext, locked: bool = False) -> StageReport[FactCounts]:
-    """A batch of due sessions, in the caller's transaction: lock them (unless `locked`: the
-    caller holds their session and user locks), read the facts their summaries'
-    distillation calls wrote (through the day) with the messages those read, validate them
-    item by item, write what holds. A session whose noise judging failed, or whose summary
-    does not yet reach its last reply, is left due."""
+                   ctx: CallContext) -> StageReport[FactCounts]:
+    """A batch of due sessions, in the caller's transaction, which holds their session and
+    user locks: read the facts their summaries' distillation calls wrote (through the day)
+    with the messages those read, validate them item by item, write what holds. A session
+    whose noise judging failed, or whose summary does not yet reach its last reply, is left due."""
     report = _report()
     counts = report.counts
     ids = [s.session_id for s in batch]
-    if not locked:
-        summaries_db.lock_sessions(conn, ids)
     judging_failed = facts_chunks_db.sessions_judging_failed(conn, ids, key)
     for session_id in sorted(judging_failed):
         # its noise is not known yet: facts taken from noise now would stay for good
@@ -115,8 +112,6 @@ def _extract_batch(conn: psycopg.Connection, batch: Sequence[facts_chunks_db.Due
     ready = [s for s in batch if s.session_id not in waiting]
     chunks = summaries_db.distilled_chunks(conn, [s.session_id for s in ready], through=key)
     messages = summaries_db.chunks_kept_messages(conn, [c for found in chunks.values() for c in found])
-    if not locked:
-        facts_chunks_db.lock_users(conn, [s.user_id for s in ready])
     archived_keys = lifecycle_db.archived_fact_keys(conn, [s.user_id for s in ready])
     extracted, observed = [], []
     # nothing below waits on an answer (but a re-observed archived key): sent in one round trip
@@ -148,12 +143,6 @@ def _extract_batch(conn: psycopg.Connection, batch: Sequence[facts_chunks_db.Due
     return report
 
 
-def _locked_now(conn: psycopg.Connection, batch: Sequence[facts_chunks_db.DueSession]) -> bool:
-    """Whether the batch's session and user locks were taken without waiting for another transaction."""
-    return facts_chunks_db.try_lock_sessions_and_users(conn, [s.session_id for s in batch],
-                                                       [s.user_id for s in batch])
-
-
 def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Backends) -> StageReport[FactCounts]:
     """For each day: every session stale as of the day's end and not yet extracted through
     its last activity (a gap before the window is caught up). Then, once for the run, the
@@ -180,13 +169,11 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
             fresh_since = stale_before if len(report.failures) == failed_before else None
 
     # batches share a transaction for up to COMMIT_SECONDS (a commit per day was most of a long
-    # backfill's extraction); one holding locks waits for no more: a batch whose locks another
-    # transaction holds begins a new one, so runs at once never deadlock
+    # backfill's extraction); a batch whose locks another transaction holds begins a new one
     with pool.connection() as conn, Slices(conn) as slices:
         for key, end, batch in batches():
-            with slices.item(lambda: _locked_now(conn, batch)) as first:
-                # a batch joining a slice took its locks to join it
-                report.merge(_extract_batch(conn, batch, key, end, ctx, locked=not first))
+            with slices.item([s.session_id for s in batch], [s.user_id for s in batch]):
+                report.merge(_extract_batch(conn, batch, key, end, ctx))
     with pool.connection() as conn:
         outdated = facts_chunks_db.users_with_outdated_memory_summary(conn, window.shard)
     report.merge(refresh_memory_summaries(pool, sorted(report.users | set(outdated)), backends.writer, ctx,

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.core.noise_filter import cut_segments, judge_sessions, judgement_fingerprint, pack_sessions
-from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.records import Segment
 from memory_pipelines.stages.common import (
@@ -54,10 +53,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
                 report.calls += calls
                 report.counts.judge_calls_shared += len(batch) > 1 and bool(calls)
                 ids = [j.judged[0].segment.session_id for j in judgements]
-                with slices.item(lambda: facts_chunks_db.try_lock_sessions_and_users(conn, ids, [])) as first:
+                with slices.item(ids):
                     ctx.record(conn, calls, key, batch[0][0].session_id if len(batch) == 1 else None)
-                    if first:  # a batch joining a slice took its locks to join it
-                        summaries_db.lock_sessions(conn, ids)
                     # a concurrent run may have stored the same judgement while this one asked
                     stored = summaries_db.current_judgements(conn, [(session_id, key) for session_id in ids])
                     with conn.pipeline():  # the writes wait on no answer: one round trip for the batch

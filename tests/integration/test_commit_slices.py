@@ -3,6 +3,7 @@ error loses only the slice it happened in (with `Slices`, only its own item)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -69,11 +70,19 @@ def test_slices_share_a_transaction_and_a_failed_item_undoes_only_itself(databas
     assert sorted(stored) == ["a", "b"] and len(set(stored.values())) == 1
 
 
-def test_an_item_whose_locks_another_transaction_holds_begins_a_new_slice(database_url):
+def test_an_item_joins_a_slice_only_with_its_locks_and_otherwise_waits_for_them_in_a_new_one(database_url):
     """A slice holding locks waits for no more (locks taken out of order would deadlock two
-    runs): an item whose session or user lock is held elsewhere commits the slice first."""
+    runs): an item whose session or user lock is held elsewhere commits the slice first,
+    then waits for the lock in a slice of its own."""
     with psycopg.connect(database_url, autocommit=True) as setup:
         setup.execute("CREATE TABLE stored (item text PRIMARY KEY, xid bigint NOT NULL)")
+    released = threading.Event()
+
+    def release() -> None:  # the other run's transaction ends
+        released.set()
+        other.rollback()
+
+    firsts = {}
     with psycopg.connect(database_url) as conn, psycopg.connect(database_url) as other:
         lock_users(other, ["u2"])  # another run's transaction holds user u2
         assert not try_lock_sessions_and_users(conn, ["s9"], ["u1", "u2"])
@@ -81,14 +90,20 @@ def test_an_item_whose_locks_another_transaction_holds_begins_a_new_slice(databa
         with Slices(conn, seconds=60) as slices:
             for item, session_id, user_id in [("a", "s1", "u1"), ("b", "s2", "u3"), ("c", "s3", "u2")]:
                 conn.execute("SELECT 1")  # a read before each item, as the day's due sessions are
-                with slices.item(lambda: try_lock_sessions_and_users(conn, [session_id], [user_id])) as first:
-                    if not first:  # it joined the slice holding the locks it tried (the stages take no others)
+                if item == "c":
+                    threading.Timer(1.0, release).start()
+                with slices.item([session_id], [user_id]) as first:
+                    firsts[item] = first
+                    if item == "c":
+                        assert released.is_set()  # it waited for the other transaction's lock
+                    else:  # the item holds its locks, whether it began the slice or joined it
                         assert not try_lock_sessions_and_users(other, [session_id], [])
                         assert not try_lock_sessions_and_users(other, [], [user_id])
                     conn.execute("INSERT INTO stored VALUES (%s, txid_current())", [item])
-            # the slices were committed: no lock of theirs is left
-            assert try_lock_sessions_and_users(other, ["s1", "s2"], ["u1", "u3"])
+        # the slices were committed: no lock of theirs is left
+        assert try_lock_sessions_and_users(other, ["s1", "s2", "s3"], ["u1", "u2", "u3"])
         other.rollback()
         stored = dict(conn.execute("SELECT item, xid FROM stored").fetchall())
+    assert firsts == {"a": True, "b": False, "c": True}
     assert sorted(stored) == ["a", "b", "c"]
     assert stored["a"] == stored["b"] != stored["c"]
