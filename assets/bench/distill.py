@@ -109,6 +109,12 @@ def _server_cpu_seconds(postmaster: psutil.Process | None) -> float | None:
     return total
 
 
+def _process_cpu() -> float:
+    """This process's CPU seconds so far, every thread's."""
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
 def _machine_cpu() -> tuple[float, float]:
     """Every process's CPU seconds on this machine so far, and the seconds waiting on I/O."""
     times = psutil.cpu_times()
@@ -142,6 +148,7 @@ def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoa
 
         before = bench_db.server_counters(conn)
         server_before, (machine_before, iowait_before) = _server_cpu_seconds(server), _machine_cpu()
+        process_before = _process_cpu()
         started = time.monotonic()
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -152,6 +159,7 @@ def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoa
             sampler.join()
         seconds = time.monotonic() - started
         server_after, (machine_after, iowait_after) = _server_cpu_seconds(server), _machine_cpu()
+        process_after = _process_cpu()
         time.sleep(2)  # an idle backend reports its statistics within a second or so
         after = bench_db.server_counters(conn)
     change = {name: after[name] - before[name] for name in after}
@@ -159,6 +167,7 @@ def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoa
         seconds=seconds, connections_peak=peaks["connections"], active_peak=peaks["active"], doing_seconds=doing,
         server_cpu_seconds=None if server_before is None else server_after - server_before,
         machine_cpu_seconds=machine_after - machine_before, machine_iowait_seconds=iowait_after - iowait_before,
+        process_cpu_seconds=process_after - process_before,
         cores=psutil.cpu_count() or 1, **change))
 
 

@@ -42,6 +42,9 @@ class DatabaseLoad:
     deadlocks: int
     server_cpu_seconds: float | None  # the server's processes' CPU; None when it runs elsewhere
     machine_cpu_seconds: float  # every process's CPU on this machine
+    # the benchmark process's CPU: the pipeline's Python with its threads and DuckDB's (with
+    # the dask executor, the workers' processes are not in it)
+    process_cpu_seconds: float
     machine_iowait_seconds: float
     cores: int
 
@@ -68,6 +71,8 @@ def database_markdown(load: DatabaseLoad, messages: int) -> list[str]:
              f"| connections open at once (peak) | {load.connections_peak} | | {load.active_peak} running a statement |",
              f"| server CPU seconds | {'-' if cpu is None else f'{cpu:.1f}'} | {'-' if cpu is None else per_k(cpu)} "
              f"| {'not on this machine' if cpu is None else share(cpu)} |",
+             f"| this process's CPU seconds (the pipeline) | {load.process_cpu_seconds:.1f} "
+             f"| {per_k(load.process_cpu_seconds)} | {share(load.process_cpu_seconds)} |",
              f"| machine CPU seconds (every process) | {load.machine_cpu_seconds:.1f} | {per_k(load.machine_cpu_seconds)} "
              f"| {share(load.machine_cpu_seconds)}; I/O wait {load.machine_iowait_seconds:.1f} s |",
              f"| WAL MB | {load.wal_bytes / 1_048_576:,.1f} | {per_k(load.wal_bytes / 1_048_576)} "
@@ -148,6 +153,14 @@ class DistillBench:
     def model_calls(self) -> int:
         return sum(u.calls for u in self.usage.values())
 
+    @property
+    def process_to_server_cpu(self) -> float | None:
+        """The pipeline process's CPU over the database server's (issue 41: at most 1 offline)."""
+        load = self.database
+        if load is None or not load.server_cpu_seconds:
+            return None
+        return load.process_cpu_seconds / load.server_cpu_seconds
+
     def per_1000_messages(self, amount: float) -> float:
         return 1000 * amount / self.messages if self.messages else 0.0
 
@@ -179,7 +192,8 @@ class DistillBench:
                 "embedder_texts_per_second": rate.texts_per_second if rate else None,
                 "embedder_tokens_per_second": rate.tokens_per_second if rate else None,
                 "embedder_share": self.embedder_share, "ratio_to_embedder": self.ratio_to_embedder,
-                "target_ratio_to_embedder": EMBEDDER_TARGET_RATIO, "model_calls": self.model_calls,
+                "target_ratio_to_embedder": EMBEDDER_TARGET_RATIO,
+                "process_to_server_cpu": self.process_to_server_cpu, "model_calls": self.model_calls,
                 "calls_per_1000_messages": self.per_1000_messages(self.model_calls),
                 "calls_per_session_day": self.per_session_day(self.model_calls),
                 "distillation_calls_per_session_day": self.per_session_day(self.distillation_calls),

@@ -238,9 +238,9 @@ class RulesBackend(ModelBackend):
 
         def distillation() -> Distillation:
             summary = rules_summary.summarize(previous, messages, language)
-            knowledge = rules_synthesis.synthesize(messages, summary)
-            return Distillation(summary, rules_extraction.extract_facts(messages), knowledge["entries"],
-                                knowledge["relations"])
+            facts = rules_extraction.extract_facts(messages)
+            knowledge = rules_synthesis.synthesize(messages, summary, facts)
+            return Distillation(summary, facts, knowledge["entries"], knowledge["relations"])
 
         return self._run(DISTILL, text, distillation)
 

@@ -41,7 +41,9 @@ def _title(text: str) -> str:
     return clip(" ".join(_ONLY_WORDS.sub(" ", text).split()), 80)
 
 
-def synthesize(messages: Sequence[Message], summary: Summary | None) -> dict:
+def synthesize(messages: Sequence[Message], summary: Summary | None, facts: list[dict] | None = None) -> dict:
+    """Entries and relations of `messages`; `facts`: `extract_facts(messages)` when the caller
+    has them already (a distillation returns them too)."""
     entries: list[dict] = []
     relations: list[dict] = []
     by_seq = {m.seq: m for m in messages}
@@ -53,7 +55,7 @@ def synthesize(messages: Sequence[Message], summary: Summary | None) -> dict:
             continue  # only a user turn the person did not write says it (a summary model took it up)
         entries.append({"kind": "instruction", "title": _title(said), "content": decision,
                         "tags": ["decision"], "confidence": 0.9, "seq": source})
-    facts = extract_facts(messages)
+    facts = extract_facts(messages) if facts is None else facts
     for item in facts:
         kind = KIND_BY_CATEGORY.get(item["category"], "fact")
         subject = item["key"].replace("_", " ")

@@ -41,6 +41,9 @@ def test_bench_distill_measures_every_stage_offline(database_url, tmp_path):
     assert load.connections_peak >= 1 and load.seconds >= result.seconds
     assert load.commits >= TINY.sessions and load.wal_bytes > 0 and load.deadlocks == 0
     assert load.server_cpu_seconds > 0 and load.machine_cpu_seconds >= load.server_cpu_seconds
+    # the pipeline's own CPU, this process's (issue 41 item 4: at most the server's offline)
+    assert 0 < load.process_cpu_seconds < load.machine_cpu_seconds
+    assert result.process_to_server_cpu == load.process_cpu_seconds / load.server_cpu_seconds
     assert load.waiting_seconds("Lock") == sum(load.doing_seconds.get("Lock", {}).values())
     # the embedder alone on every text the run embedded (issue 41)
     rate = result.embedder
@@ -53,12 +56,14 @@ def test_bench_distill_measures_every_stage_offline(database_url, tmp_path):
     assert result.ratio_to_embedder == result.seconds / rate.seconds > 1
     assert result.embedder_share == pytest.approx(1 / result.ratio_to_embedder)
     figures = result.to_json()
+    assert figures["process_to_server_cpu"] == result.process_to_server_cpu
     assert (figures["messages_per_second"], figures["embedder_texts_per_second"], figures["ratio_to_embedder"],
             figures["embedder_share"]) == (result.messages_per_s, rate.texts / rate.seconds, result.ratio_to_embedder,
                                            result.embedder_share)
     table = distill_markdown(result)
     assert "| **whole run** |" in table and "| memory_facts |" in table
     assert f"| commits | {load.commits:,} |" in table
+    assert f"| this process's CPU seconds (the pipeline) | {load.process_cpu_seconds:.1f} |" in table
     assert f"alone on the run's {rate.texts:,} distinct texts (of {rate.rows:,} rows)" in table
 
 
