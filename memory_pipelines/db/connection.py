@@ -9,11 +9,12 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from memory_pipelines.db.vectors import register_vector_types
 from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import embedded
+from memory_pipelines.db.jsonb import register_json_types
 from memory_pipelines.db.migrations import migrate
+from memory_pipelines.db.vectors import register_vector_types
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ def with_database(url: str, name: str) -> str:
 
 def _configure(conn: psycopg.Connection) -> None:
     register_vector_types(conn)
+    register_json_types(conn)
     # registering reads the catalog; end that transaction before the pool hands it out.
     conn.commit()
 

@@ -2,12 +2,14 @@
 of PostgreSQL and pgvector run under QEMU as an AMD EPYC Zen 2 (AVX2, no AVX-512) and as a
 Sandy Bridge (AVX, no AVX2). On the first, the doctor's self-test and unified search in every
 scope answer over the distilled sample, while a float `vector` distance would still kill the
-server (the emulation really lacks AVX-512); on the second, the self-test names the crash."""
+server (the emulation really lacks AVX-512); on the second, the self-test names the crash.
+The pipeline's own native JSON reader (orjson) runs on both."""
 
 from __future__ import annotations
 
 import platform
 import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -21,7 +23,7 @@ from memory_pipelines.embed import build_embedder, embed_config
 from memory_pipelines.records import SEARCH_SCOPES
 from memory_pipelines.search import UnifiedMemorySearch
 from tests.conftest import SAMPLE_DB
-from tests.emulated import emulated_server
+from tests.emulated import QEMU, emulated_server
 from tests.helpers import with_database
 
 pytestmark = [pytest.mark.slow,
@@ -69,3 +71,15 @@ def test_on_a_cpu_without_avx2_the_self_test_names_the_crash(pg_admin_url):
     halfvec = probes["halfvec storage and distance"]
     assert not halfvec.ok and halfvec.detail.startswith("killed the server process (signal 4: Illegal instruction")
     assert probes["turn lexemes, every text search configuration"].ok and probes["trigram index (ILIKE)"].ok
+
+
+@pytest.mark.parametrize("cpu", [ZEN2, SANDY_BRIDGE])
+def test_the_pipelines_json_reader_runs_on_cpus_without_avx512_or_avx2(cpu):
+    """orjson's wheel (memory_pipelines/db/jsonb.py) picks its instructions as it runs: on
+    these CPUs it reads what the standard library reads instead of dying of SIGILL."""
+    script = ("import json; from memory_pipelines.db.jsonb import read_json; "
+              "doc = json.dumps({'text': 'naïve — 東京 🙂 ' * 500, 'n': [1, 2.5, None, 10 ** 30]}).encode(); "
+              "print('same' if read_json(doc) == json.loads(doc) else 'different')")
+    ran = subprocess.run([QEMU, "-cpu", cpu, sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert (ran.returncode, ran.stdout.strip()) == (0, "same"), ran.stderr[-2000:]
