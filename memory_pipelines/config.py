@@ -162,8 +162,8 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
          "dimension (hashing; OpenAI `dimensions`; model2vec: its PCA's, 256 unless set, at most the model's)",
          derived="the model's"),
     Spec("MEMORY_EMBED_PRECISION", choice(*EMBED_PRECISIONS), "fp32",
-         "the onnx embedder's weights: fp32 as exported, or int8 (dynamically quantized per channel: faster, "
-         "vectors a little off the fp32 ones)"),
+         "the onnx embedder's weights: fp32 as exported, or int8 (dynamically quantized per channel to 7 bits, "
+         "so every CPU computes the same vectors: faster, vectors a little off the fp32 ones)"),
     Spec("MEMORY_EMBED_BATCH", integer(1, 4096), None, "texts per embedding request", derived="8 remote, 64 local"),
     Spec("MEMORY_EMBED_PAUSE", decimal(0), 0.0, "seconds between remote batches"),
     Spec("MEMORY_EMBED_TIMEOUT", decimal(0, low_open=True), 120.0, "seconds per embedding request"),
