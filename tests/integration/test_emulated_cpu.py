@@ -96,7 +96,7 @@ def test_the_int8_embedder_gives_a_cpu_without_vnni_the_vectors_it_gives_this_on
     pytest.importorskip("sentence_transformers", reason="needs the 'local' extra (the CI test command installs it)")
     config = EmbedConfig(backend="onnx", precision="int8", cache_dir=str(tmp_path))
     here = build_embedder(config).embed(list(EMBEDDER_SENTENCES))  # exports and quantizes (torch) here
-    script = ("import json, sys; from memory_pipelines.embed import EmbedConfig, build_embedder; "
+    script = ("import json; from memory_pipelines.embed import EmbedConfig, build_embedder; "
               f"e = build_embedder(EmbedConfig(backend='onnx', precision='int8', cache_dir={str(tmp_path)!r})); "
               f"print(json.dumps(e.embed({list(EMBEDDER_SENTENCES)!r}).tolist()))")
     ran = subprocess.run([QEMU, "-cpu", ZEN2, sys.executable, "-c", script], capture_output=True, text=True,
