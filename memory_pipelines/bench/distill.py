@@ -282,10 +282,12 @@ class BackfillBench:
         return self.long.seconds / self.short.seconds if self.short.seconds else 0.0
 
     @property
-    def ratio_without_bookkeeping(self) -> float:
-        """long / short of what the stages cost beyond Dagster's bookkeeping of the days."""
+    def ratio_without_bookkeeping(self) -> float | None:
+        """long / short of what the stages cost beyond Dagster's bookkeeping of the days; None when
+        a range's bookkeeping, timed in a run of its own, took as long as the range itself (data so
+        small that timing noise decides: no ratio can be read from it)."""
         work = [run.seconds - (run.bookkeeping_seconds or 0.0) for run in (self.short, self.long)]
-        return work[1] / work[0] if work[0] > 0 else 0.0
+        return work[1] / work[0] if min(work) > 0 else None
 
     def to_json(self) -> dict:
         return {"short": self.short.to_json(), "long": self.long.to_json(), "ratio": self.ratio,
@@ -301,9 +303,12 @@ def backfill_markdown(result: BackfillBench) -> str:
     for run in (result.short, result.long):
         lines.append(f"| {run.days} days | {run.days_with_data} | {run.messages:,} | {run.seconds:.1f} | "
                      f"{run.seconds / run.days:.2f} | {run.messages_per_s:,.0f} | {run.bookkeeping_seconds or 0:.1f} |")
+    without = result.ratio_without_bookkeeping
     lines += ["", f"long / short: {result.ratio:.2f}x (target at most {BACKFILL_TARGET_RATIO}x); "
-                  f"without Dagster's bookkeeping: {result.ratio_without_bookkeeping:.2f}x; "
-                  f"model back end {result.short.backend}",
+                  "without Dagster's bookkeeping: "
+                  + (f"{without:.2f}x; " if without is not None else "not measurable (a range's bookkeeping took "
+                     "as long as the range: too little data); ")
+                  + f"model back end {result.short.backend}",
               "", "Dagster's bookkeeping: the same range through the same assets and checks with bodies "
                   "that do nothing (a materialization and a planned check row per asset, check and day)."]
     return "\n".join(lines)

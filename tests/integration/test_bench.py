@@ -181,8 +181,9 @@ def test_bench_backfill_runs_the_same_sessions_over_a_short_and_a_long_range(dat
     assert 1 <= short["days_with_data"] <= short["days"] and 1 <= long["days_with_data"] <= long["days"]
     assert figures["ratio"] == pytest.approx(long["seconds"] / short["seconds"])
     assert short["bookkeeping_seconds"] > 0 and long["bookkeeping_seconds"] > 0  # the idle graph ran
-    assert figures["ratio_without_bookkeeping"] == pytest.approx(
-        (long["seconds"] - long["bookkeeping_seconds"]) / (short["seconds"] - short["bookkeeping_seconds"]))
+    work = [run["seconds"] - run["bookkeeping_seconds"] for run in (short, long)]
+    # with this little data a busy machine can time a range's bookkeeping above the range itself
+    assert figures["ratio_without_bookkeeping"] == (pytest.approx(work[1] / work[0]) if min(work) > 0 else None)
     bad = cli("bench", "backfill", "--short-days", "30", "--long-days", "30")
     assert bad.returncode == 2 and "--short-days 30 must be at least 1 and below --long-days 30" in bad.stderr
 
