@@ -138,3 +138,12 @@ def test_the_dask_executor_needs_a_scheduler_address():
     with pytest.raises(ConfigError, match="MEMORY_SHARDS='0' is not valid"):
         validate_environment({"MEMORY_SHARDS": "0"})
     assert validate_environment({"MEMORY_EXECUTOR": "dask", "MEMORY_DASK_SCHEDULER": "tcp://10.0.0.5:8786"}) == []
+
+
+def test_every_onnx_precision_names_its_cache_file_and_model_id():
+    """A precision without a label would fail at its first use, not at start-up."""
+    from memory_pipelines.config import EMBED_PRECISIONS
+    from memory_pipelines.embed.onnx_model import PRECISION_LABELS
+
+    assert set(PRECISION_LABELS) == set(EMBED_PRECISIONS)
+    assert len(set(PRECISION_LABELS.values())) == len(PRECISION_LABELS)  # no two precisions share a file
