@@ -293,3 +293,38 @@ def test_search_serves_passages_within_the_budget_it_is_given(env):
     tokens = json.loads(cli("search", "ledger-api port", "--user", "bob", "--budget-tokens", "100", "--json",
                             env=env).stdout)
     assert tokens["budget"]["unit"] == "tokens" and tokens["budget"]["used"] <= 100
+
+
+@pytest.mark.slow
+def test_the_upgrade_to_the_onnx_default_re_embeds_local_memory_and_search_serves_it_meanwhile(database_url,
+                                                                                                tmp_path):
+    """Memory embedded by `local` (the default before `onnx` at mixed precision): after the
+    upgrade search still finds it, by text, and says so, until the next run re-embeds it;
+    nothing is archived."""
+    pytest.importorskip("onnxruntime", reason="needs the 'local' extra (the CI test command installs it)")
+    pytest.importorskip("sentence_transformers", reason="needs the 'local' extra (the CI test command installs it)")
+    upgraded = {key: value for key, value in os.environ.items()
+                if key not in ("MEMORY_EMBED_BACKEND", "MEMORY_EMBED_PRECISION")}
+    upgraded.update(MEMORY_DATABASE_URL=database_url, MEMORY_HOME=str(tmp_path / "home"))
+    folder = SAMPLE_TRANSCRIPTS / "bob"
+    first = cli("run", "--transcripts", str(folder), env={**upgraded, "MEMORY_EMBED_BACKEND": "local"})
+    assert first.returncode == 0, first.stderr
+    facts = count(database_url, "SELECT count(*) FROM memory_facts")
+    assert facts > 0
+    status = cli("embeddings", "status", env=upgraded)
+    assert status.stdout.startswith("configured embedder: onnx:all-MiniLM-L6-v2-mixed8w7:384"), status.stdout
+    assert "local:all-MiniLM-L6-v2:384" in status.stdout
+    assert "another model: the next run re-embeds them" in status.stdout
+    found = cli("search", "ledger-api port", "--user", "bob", env=upgraded)
+    assert found.returncode == 0 and "1. fact #" in found.stdout  # text still finds it
+    assert found.stderr.strip() == (
+        "memory-pipelines: warning: stored vectors were made with local:all-MiniLM-L6-v2:384, the configured embedder "
+        "is onnx:all-MiniLM-L6-v2-mixed8w7:384: searching by text until `memory-pipelines run` re-embeds them")
+    again = cli("run", "--transcripts", str(folder), env=upgraded)
+    assert again.returncode == 0, again.stderr
+    status = cli("embeddings", "status", env=upgraded)
+    assert "local:all-MiniLM-L6-v2" not in status.stdout and "another model" not in status.stdout, status.stdout
+    found = cli("search", "ledger-api port", "--user", "bob", env=upgraded)
+    assert found.returncode == 0 and "1. fact #" in found.stdout and found.stderr.strip() == ""
+    assert count(database_url, "SELECT count(*) FROM memory_facts") == facts
+    assert count(database_url, "SELECT count(*) FROM memory_archive") == 0
