@@ -163,7 +163,7 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
          derived="the model's"),
     Spec("MEMORY_EMBED_PRECISION", choice(*EMBED_PRECISIONS), "mixed",
          "the onnx embedder's weights: mixed (int8 but the feed-forward outputs, kept fp32: fp32's recall at "
-         "1.35x the local rate), int8 (all dynamically quantized per channel to 7 bits, so every CPU computes the "
+         "about 1.3x the local rate), int8 (all dynamically quantized per channel to 7 bits, so every CPU computes the "
          "same vectors: fastest, a little lower recall) or fp32 as exported"),
     Spec("MEMORY_EMBED_BATCH", integer(1, 4096), None, "texts per embedding request", derived="8 remote, 64 local"),
     Spec("MEMORY_EMBED_PAUSE", decimal(0), 0.0, "seconds between remote batches"),

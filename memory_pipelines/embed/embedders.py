@@ -349,7 +349,7 @@ class OnnxEmbedder(Embedder):
 
     @property
     def model_id(self) -> str:
-        """Apart from `local`'s vectors, and int8's from fp32's: the vectors differ a little."""
+        """Apart from `local`'s vectors, and a quantized file's from fp32's: the vectors differ a little."""
         precision = "" if self.config.precision == "fp32" else f"-{onnx_model.PRECISION_LABELS[self.config.precision]}"
         return f"{self.config.backend}:{self.config.model}{precision}:{self.dimension}"
 

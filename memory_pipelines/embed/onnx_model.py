@@ -34,7 +34,7 @@ EXPORT_VERSION = f"opset{OPSET}-mean-fused1"
 PRECISION_LABELS = {"fp32": "fp32", "int8": "int8w7", "mixed": "mixed8w7"}
 # The matrix product each layer's feed-forward block ends with (BERT's and its kind's names in
 # torch's export). Quantized, it cost the most recall: in fp32 the search's recall equals
-# fp32 MiniLM's within 1,440 and 7,200 characters, at 1.35x its rate (docs/benchmarks.md).
+# fp32 MiniLM's within 1,440 and 7,200 characters, at about 1.3x its rate (docs/benchmarks.md).
 FEED_FORWARD_OUTPUT = re.compile(r"/encoder/layer\.\d+/output/dense/MatMul")
 
 
