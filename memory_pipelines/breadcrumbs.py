@@ -15,46 +15,38 @@ MAX_BREADCRUMBS = 40
 
 _UNITS = r"(?:%|ms|µs|us|ns|s|sec|min|h|KB|MB|GB|TB|KiB|MiB|GiB|TiB|kB|Mbps|Gbps|rps|req/s|qps|x|°C|€|EUR|USD)"
 _FILE_TYPES = r"(?:py|toml|ya?ml|json|jsonl|md|sql|sh|ts|tsx|js|go|rs|conf|ini|cfg|env|txt|log|csv|parquet|lock|tf)"
-# (kind, pattern, group to keep, texts without any of these strings cannot match: skipped);
-# earlier kinds rank first.
-_PATTERNS: tuple[tuple[str, re.Pattern[str], int, tuple[str, ...]], ...] = (
-    ("url", re.compile(r"\bhttps?://[^\s<>\"'`)\]]+[^\s<>\"'`)\].,;:!?]"), 0, ("://",)),
-    ("code", re.compile(r"`([^`\n]{2,80})`"), 1, ("`",)),
+# (kind, pattern, group to keep, hint); earlier kinds rank first. The hint is what every match
+# holds, found in one quick scan (a literal or a character class the regex engine skips to): a
+# text without it is not scanned by the pattern, whose lookbehinds and alternations test at
+# every position (most texts hold few of the hints: a quarter of the scans' time).
+PATTERNS: tuple[tuple[str, re.Pattern[str], int, re.Pattern[str]], ...] = (
+    ("url", re.compile(r"\bhttps?://[^\s<>\"'`)\]]+[^\s<>\"'`)\].,;:!?]"), 0, re.compile("://")),
+    ("code", re.compile(r"`([^`\n]{2,80})`"), 1, re.compile("`")),
     # absolute or ./ paths, relative paths with an extension, or with two or more slashes
     # (so "and/or" is not a path)
     ("path", re.compile(
         r"(?<![\w/.:-])(?:(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*|[\w.-]+(?:/[\w.-]+)+\.\w{1,8}|[\w.-]+(?:/[\w.-]+){2,})"
-        r"(?<![.,;:])(?![\w/])"), 0, ("/",)),
-    ("file", re.compile(r"(?<![\w/.-])[\w-]+\." + _FILE_TYPES + r"\b"), 0, (".",)),
-    ("ticket", re.compile(r"(?<![\w&])#\d{2,7}\b"), 0, ("#",)),
-    ("port", re.compile(r"\bport\s+(\d{2,5})\b", re.IGNORECASE), 0, ()),
-    ("amount", re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)?\s?" + _UNITS + r"(?![\w])"), 0, ()),
-    ("constant", re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"), 0, ("_",)),
-    ("snake", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"), 0, ("_",)),
-    ("camel", re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b"), 0, ()),
-    ("kebab", re.compile(r"\b[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b"), 0, ("-",)),
+        r"(?<![.,;:])(?![\w/])"), 0, re.compile("/")),
+    ("file", re.compile(r"(?<![\w/.-])[\w-]+\." + _FILE_TYPES + r"\b"), 0, re.compile(r"\." + _FILE_TYPES + r"\b")),
+    ("ticket", re.compile(r"(?<![\w&])#\d{2,7}\b"), 0, re.compile("#")),
+    ("port", re.compile(r"\bport\s+(\d{2,5})\b", re.IGNORECASE), 0, re.compile(r"port\s", re.IGNORECASE)),
+    ("amount", re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)?\s?" + _UNITS + r"(?![\w])"), 0, re.compile(r"\d")),
+    ("constant", re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"), 0, re.compile("_")),
+    ("snake", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"), 0, re.compile("_")),
+    ("camel", re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b"), 0,
+     re.compile(r"[a-z0-9][A-Z]")),
+    ("kebab", re.compile(r"\b[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b"), 0, re.compile("-")),
     # a short phrase between quotes that starts and ends with a letter or digit
-    ("quoted", re.compile(r"[\"“«](\w[^\"”»\n=,;(){}]{1,58}\w)[\"”»]"), 1, ('"', "“", "«")),
+    ("quoted", re.compile(r"[\"“«](\w[^\"”»\n=,;(){}]{1,58}\w)[\"”»]"), 1, re.compile("[\"“«]")),
 )
-# What a text must hold for a kind to match, found in one quick scan (a literal or a character
-# class the regex engine skips to): the full patterns' lookbehinds and alternations test at
-# every position, and most texts hold none of these (a third of the scans' time).
-HINTS: dict[str, re.Pattern[str]] = {
-    "file": re.compile(r"\." + _FILE_TYPES + r"\b"),
-    "port": re.compile(r"port\s", re.IGNORECASE),
-    "amount": re.compile(r"\d"),
-    "camel": re.compile(r"[a-z0-9][A-Z]"),
-}
 
 
 def extract_breadcrumbs(texts: Iterable[str], limit: int = MAX_BREADCRUMBS) -> list[str]:
     found: dict[str, tuple[int, int, int]] = {}  # crumb -> (kind rank, -count, first position)
     position = 0
     for text in texts:
-        for rank, (kind, pattern, group, needs) in enumerate(_PATTERNS):
-            if needs and not any(n in text for n in needs):
-                continue
-            if kind in HINTS and not HINTS[kind].search(text):
+        for rank, (_kind, pattern, group, hint) in enumerate(PATTERNS):
+            if not hint.search(text):
                 continue
             for match in pattern.finditer(text):
                 crumb = " ".join(match.group(group).split()).strip()
