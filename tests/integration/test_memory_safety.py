@@ -256,14 +256,21 @@ def test_embeddings_status_shows_vectors_per_model_and_search_warns_of_a_switch(
     assert status.returncode == 0 and status.stdout.startswith("configured embedder: hashing:hashing-v1:384")
     [chunks] = [line.split(None, 3) for line in status.stdout.splitlines() if line.strip().startswith("memory_chunks")]
     assert chunks[1] == "hashing:hashing-v1:384" and int(chunks[2]) > 0 and chunks[3] == "configured"
-    switched = {**env, "MEMORY_EMBED_DIM": "64"}
-    status = cli("embeddings", "status", env=switched)
-    assert "another model: the next run re-embeds them" in status.stdout
-    found = cli("search", "ledger-api port", "--user", "bob", env=switched)
+    assert_served_by_text_until_re_embedded({**env, "MEMORY_EMBED_DIM": "64"}, "hashing:hashing-v1:384",
+                                            "hashing:hashing-v1:64")
+
+
+def assert_served_by_text_until_re_embedded(env: dict, stored: str, configured: str) -> None:
+    """After a change of embedder: status names both models, and search still finds bob's fact,
+    by text, saying so in one line."""
+    status = cli("embeddings", "status", env=env)
+    assert status.stdout.startswith(f"configured embedder: {configured}"), status.stdout
+    assert stored in status.stdout and "another model: the next run re-embeds them" in status.stdout
+    found = cli("search", "ledger-api port", "--user", "bob", env=env)
     assert found.returncode == 0 and "1. fact #" in found.stdout  # text still finds it
     assert found.stderr.strip() == (
-        "memory-pipelines: warning: stored vectors were made with hashing:hashing-v1:384, the configured embedder "
-        "is hashing:hashing-v1:64: searching by text until `memory-pipelines run` re-embeds them")
+        f"memory-pipelines: warning: stored vectors were made with {stored}, the configured embedder "
+        f"is {configured}: searching by text until `memory-pipelines run` re-embeds them")
 
 
 def test_a_dagster_run_with_undated_records_quarantines_them_in_its_own_range(database_url, tmp_path):
@@ -311,15 +318,8 @@ def test_the_upgrade_to_the_onnx_default_re_embeds_local_memory_and_search_serve
     assert first.returncode == 0, first.stderr
     facts = count(database_url, "SELECT count(*) FROM memory_facts")
     assert facts > 0
-    status = cli("embeddings", "status", env=upgraded)
-    assert status.stdout.startswith("configured embedder: onnx:all-MiniLM-L6-v2-mixed8w7:384"), status.stdout
-    assert "local:all-MiniLM-L6-v2:384" in status.stdout
-    assert "another model: the next run re-embeds them" in status.stdout
-    found = cli("search", "ledger-api port", "--user", "bob", env=upgraded)
-    assert found.returncode == 0 and "1. fact #" in found.stdout  # text still finds it
-    assert found.stderr.strip() == (
-        "memory-pipelines: warning: stored vectors were made with local:all-MiniLM-L6-v2:384, the configured embedder "
-        "is onnx:all-MiniLM-L6-v2-mixed8w7:384: searching by text until `memory-pipelines run` re-embeds them")
+    assert_served_by_text_until_re_embedded(upgraded, "local:all-MiniLM-L6-v2:384",
+                                            "onnx:all-MiniLM-L6-v2-mixed8w7:384")
     again = cli("run", "--transcripts", str(folder), env=upgraded)
     assert again.returncode == 0, again.stderr
     status = cli("embeddings", "status", env=upgraded)
