@@ -1,7 +1,6 @@
 """Scheduled distillation: a schedule for what is new, and a sensor that notices new or
 changed transcript files and requests runs for exactly the days they touch."""
 
-import hashlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, date
@@ -13,6 +12,7 @@ from assets.partition_start import start_in
 from assets.partitions import SHARD_TAG, SHARDS, daily_partitions, partition_key
 from assets.resources import PostgresResource, TranscriptSourceResource
 from memory_pipelines.config import mask_url
+from memory_pipelines.digests import json_digest
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.sources import open_source
 from memory_pipelines.sources.base import TranscriptSourceError
@@ -80,7 +80,7 @@ def build_automation(job):
         if not found.changed:
             return dg.SkipReason(f"nothing new or changed in {mask_url(settings.location)}")
         valid = set(daily_partitions.get_partition_keys())
-        digest = hashlib.sha256(json.dumps([found.changed, found.cursor], sort_keys=True).encode()).hexdigest()[:12]
+        digest = json_digest([found.changed, found.cursor], sort_keys=True)[:12]
         requests = [shard_run(f"{day.isoformat()}:{digest}", day.isoformat(), shard)
                     for day in found.days if day.isoformat() in valid for shard in range(SHARDS)]
         early = days_before_start(daily_partitions.get_first_partition_key(), found.days,

@@ -3,13 +3,13 @@ segments, summaries, facts, chunks and windows (no models here: those are in `ll
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
 from typing import Any
+
+from memory_pipelines.digests import json_digest
 
 ROLES = ("user", "assistant", "tool", "system")
 
@@ -318,5 +318,5 @@ class TurnRow:
     @property
     def content_hash(self) -> str:
         parts = [self.user_id, self.pos, self.role, self.ts.isoformat(), self.language, self.body, list(self.keys)]
-        return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+        return json_digest(parts, ensure_ascii=False)
 

@@ -9,7 +9,6 @@ a retry, even a concurrent one, gets the first answer back.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db import entries as entries_db
 from memory_pipelines.db import search as search_db
 from memory_pipelines.db.outage import DatabaseLost, ServerLog, connection_lost
+from memory_pipelines.digests import json_digest
 from memory_pipelines.embed import Embedder
 from memory_pipelines.forks import ForkError, fork_session, merge_fork, restore_merge
 from memory_pipelines.core.fact_extraction import (
@@ -468,7 +468,7 @@ class MemoryService:
                write: Callable[[psycopg.Connection, datetime], dict]) -> dict:
         """Run `write` in one transaction; with an idempotency key, at most once: the key is
         claimed first (a concurrent retry waits on it), the answer stored with the write."""
-        digest = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()
+        digest = json_digest(request, sort_keys=True, default=str)
         now = datetime.now(UTC)
         with self._conn() as conn:
             if idempotency_key is not None:

@@ -3,14 +3,13 @@ fact candidates with confidence, lineage and event time."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memory_pipelines.digests import json_digest
 from memory_pipelines.json_schemas import JsonSchema, describe
 from memory_pipelines.llm.prompts import FACT_ITEM_SCHEMA
 from memory_pipelines.llm.prompts import FACT_SOURCES as SOURCES
@@ -129,7 +128,7 @@ def not_the_persons(message: Message, source: str) -> bool:
 def facts_fingerprint(facts: Sequence[tuple[str, str, str]]) -> str:
     """What a user's memory_summary was written from: (category, key, value) of every current
     fact, in any order. The same fingerprint again needs no new summary."""
-    return hashlib.sha256(json.dumps(sorted(facts), ensure_ascii=False).encode()).hexdigest()
+    return json_digest(sorted(facts), ensure_ascii=False)
 
 
 def render_fact(category: str, key: str, value: str, confidence: int, updated: datetime, now: datetime) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from memory_pipelines.config import CONSENT_BASES
+from memory_pipelines.digests import json_digest
 from memory_pipelines.formats import call_arguments
 from memory_pipelines.json_schemas import JsonSchema, describe
 from memory_pipelines.llm.prompts import ENTRY_KINDS as KINDS
@@ -36,7 +37,7 @@ _RELATION = JsonSchema(RELATION_SCHEMA)
 def entry_key(kind: str, title: str, scope: str, scope_id: str | None) -> str:
     """sha256 over (kind, title) — and the scope, so two users' entries never share a key."""
     normalized = " ".join(title.casefold().split())
-    return hashlib.sha256(json.dumps([kind, normalized, scope, scope_id or ""]).encode()).hexdigest()
+    return json_digest([kind, normalized, scope, scope_id or ""])
 
 
 def importance(kind: str, confidence: float) -> float:
@@ -65,7 +66,7 @@ class EntryCandidate:
 
     @property
     def content_hash(self) -> str:
-        return hashlib.sha256(json.dumps([self.title, self.content, list(self.tags)]).encode()).hexdigest()
+        return json_digest([self.title, self.content, list(self.tags)])
 
 
 @dataclass(frozen=True)

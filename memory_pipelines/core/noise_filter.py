@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memory_pipelines.digests import json_digest
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 
 from memory_pipelines.llm.rendering import estimate_tokens, render_for_judging
@@ -35,7 +34,7 @@ def judgement_fingerprint(segments: Sequence[Segment], backend: ModelBackend) ->
         "judge": [backend.name, backend.model, backend.prompt_version(JUDGE_SEGMENTS)],
         "segments": [[(m.seq, m.content_hash) for m in s.messages] for s in segments],
     }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return json_digest(payload, sort_keys=True)
 
 
 @dataclass(frozen=True)

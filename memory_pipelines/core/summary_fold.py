@@ -17,14 +17,13 @@ late file ends in the same versions as processing every day once, in order.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from memory_pipelines.config import SPECS
+from memory_pipelines.digests import json_digest
 from memory_pipelines.llm.backends import ModelBackend, ModelCall, ModelError
 from memory_pipelines.llm.rendering import SUMMARY_TOOL_CHARS, render_numbered
 from memory_pipelines.llm.prompts import DISTILL, FIND_OVERTURNED
@@ -174,7 +173,7 @@ class FoldPlan:
 
 
 def _hash(*parts: object) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+    return json_digest(parts, sort_keys=True, default=str)
 
 
 def fold_session(plan: FoldPlan, summarizer: ModelBackend, decider: ModelBackend, language: str,

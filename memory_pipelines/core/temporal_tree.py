@@ -22,8 +22,6 @@ tree) down to chunk leaves, whose passages search serves with the path as proven
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +30,7 @@ from datetime import date, datetime, time, timedelta
 from functools import cached_property
 
 from memory_pipelines.core.chunk_packing import Chunk
+from memory_pipelines.digests import json_digest
 from memory_pipelines.rules.text import clip, content_words
 
 MAX_CHILDREN = 8
@@ -92,7 +91,7 @@ class TreeNode:
                  [[s.session_id, s.seq_start, s.seq_end] for s in self.spans], list(self.keys), self.summary]
         if self.source_hash is not None:  # (so the rules' nodes keep the hashes they had)
             parts += [self.model, self.source_hash]
-        return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+        return json_digest(parts, ensure_ascii=False)
 
 
 def sentences(text: str) -> list[str]:

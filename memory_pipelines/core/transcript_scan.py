@@ -9,7 +9,6 @@ time each record is attributed to), and turned into messages and refused records
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -21,6 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from memory_pipelines.db.queries import query
+from memory_pipelines.digests import COMPACT, json_digest
 from memory_pipelines.formats import ACCEPTED_KINDS, RawRecord
 from memory_pipelines.records import (
     SKIPPED_EVENT, Message, QuarantinedRecord, QuarantineReason, TimeWindow, TranscriptScan,
@@ -55,8 +55,7 @@ def day_of(day_number: int):
 
 def hash_message(fields: dict[str, Any]) -> str:
     """sha256 over a message's fields except its key: equal hashes mean a re-sent message."""
-    canonical = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return json_digest(fields, sort_keys=True, ensure_ascii=False, separators=COMPACT, default=str)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ next message arrives), `window_hash` changes and the embedding is made again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from datetime import datetime
 
 from memory_pipelines.core.knowledge_entries import DecayTerms, decay_terms
 from memory_pipelines.core.knowledge_entries import importance as knowledge_importance
+from memory_pipelines.digests import json_digest
 from memory_pipelines.records import Message, TurnRow
 from memory_pipelines.rules.text import content_words, detect_language, text_search_config
 
@@ -44,7 +44,7 @@ def render_body(m: Message) -> str:
 
 
 def _hash(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, ensure_ascii=False, default=str).encode()).hexdigest()
+    return json_digest(parts, ensure_ascii=False, default=str)
 
 
 def window_text(previous: str | None, own: str, following: str | None) -> str:

@@ -10,9 +10,7 @@ a file goes: its entry goes (its archived messages stay).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import threading
 from bisect import bisect_left
 from collections import OrderedDict
@@ -27,6 +25,7 @@ import duckdb
 from memory_pipelines.config import SPECS
 from memory_pipelines.db import transcripts as transcripts_db
 from memory_pipelines.db.queries import query
+from memory_pipelines.digests import json_digest
 from memory_pipelines.formats import FormatOptions, RawRecord, decode_records, detect_format
 from memory_pipelines.records import QuarantinedRecord, QuarantineReason, TimeWindow, TranscriptScan
 from memory_pipelines.sources.base import (
@@ -51,7 +50,7 @@ class ScanSettings:
     def key(self) -> str:
         described = {"timezone": self.timezone, "max_bytes": self.max_bytes, "format": self.format,
                      "fields": dict(sorted(self.options.fields.items())), "user_id": self.options.user_id}
-        return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
+        return json_digest(described, sort_keys=True)[:16]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,6 @@ no model call of its own), reconcile (against existing entries: same key, newer 
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -14,6 +12,7 @@ from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import entries as entries_db
 from memory_pipelines.db import summaries as summaries_db
+from memory_pipelines.digests import json_digest
 from memory_pipelines.core.knowledge_entries import EntryCandidate, RelationCandidate, prepare
 from memory_pipelines.stages.common import (
     BATCH_SESSIONS, Backends, CallContext, Counts, StageReport, Window, chunk_spans,
@@ -43,8 +42,7 @@ def synthesis_fingerprint(chunks: Sequence[summaries_db.DistilledChunk], setting
     """What a session-day's entries follow from: the day's chunk versions (each fingerprint
     chains everything its distillation read, model and prompt included) and the settings that
     shape the entries."""
-    return hashlib.sha256(json.dumps([[c.fingerprint for c in chunks], asdict(settings)],
-                                     sort_keys=True).encode()).hexdigest()
+    return json_digest([[c.fingerprint for c in chunks], asdict(settings)], sort_keys=True)
 
 
 def _forge_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str, list[summaries_db.DistilledChunk]]],

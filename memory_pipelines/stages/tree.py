@@ -8,8 +8,6 @@ end, calls the model for those nodes only, once their period has closed)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -18,6 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.db import tree as tree_db
+from memory_pipelines.digests import json_digest
 from memory_pipelines.llm.backends import ModelError, PromptedBackend
 from memory_pipelines.llm.prompts import SUMMARIZE_NODE
 from memory_pipelines.stages.common import (
@@ -133,8 +132,8 @@ def _summarized(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[st
             done[key] = node
             continue
         parts = [c.summary for c in below]
-        source = hashlib.sha256(json.dumps([writer.name, writer.model, writer.prompt_version(SUMMARIZE_NODE),
-                                            parts], ensure_ascii=False).encode()).hexdigest()
+        source = json_digest([writer.name, writer.model, writer.prompt_version(SUMMARIZE_NODE), parts],
+                             ensure_ascii=False)
         kept = stored.get(key)
         if kept is not None and kept[0] == source:
             summary = kept[1]
