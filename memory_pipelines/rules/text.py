@@ -35,6 +35,8 @@ def text_search_config(language: str) -> str:
 
 
 def words(text: str) -> list[str]:
+    if text.isascii():  # casefold is lower there and keeps every offset: one call, not one a word
+        return _WORD.findall(text.lower())
     return [w.casefold() for w in _WORD.findall(text)]
 
 

@@ -6,9 +6,12 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_pipelines.core.knowledge_entries import decay_score, entry_key, importance, prepare, resolved_errors
 from memory_pipelines.records import Message
+from memory_pipelines import pii
 from memory_pipelines.pii import sanitize
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
@@ -71,6 +74,35 @@ def test_pii_kinds(text, kind):
                                   "order 2026-10-01", "IBAN DE00 0000 0000 0000 0000 00"])
 def test_not_pii(text):
     assert sanitize(text).kinds == () and sanitize(text).text == text
+
+
+_PII_SAMPLES = [
+    "jane.doe@example.com", "+49 30 1234 5678", "(030) 1234-5678", "555.123.4567", "4111 1111 1111 1111",
+    "DE89 3704 0044 0532 0130 00", "10.42.7.118", "127.0.0.1", "2001:0db8:85a3:0000:0000:8a2e:0370:7334",
+    "fe80:0:0:0:abcd:ef01:2345:6789", "sk-abcdefghijklmnop1234567890", "ghp_abcdefghijklmnopqrstuvwxyz123456",
+    "xoxb-1234567890", "AKIA1234567890ABCDEF", "AIza" + "a1" * 16, "eyJhbGciOiJI.eyJzdWIiOiIx.SflKxwRJSMeKK",
+    "API_KEY=abcdefgh12", "Token: abcdefghij", "password = hunter2hunter2", " ", "\n", ",", ".", ":", "=", "-",
+    "abcd:ef:ab:cd:ef:aa:bb:cc", "port", "9090", "abc", "Ünïcode", "٣٤٥", "deadbeef:",
+]
+
+
+def _assert_hints_hold(text: str) -> None:
+    for pattern, hint in pii._HINTS.items():
+        if pattern.search(text):
+            assert hint.search(text), (pattern.pattern, text)
+
+
+@pytest.mark.parametrize("text", _PII_SAMPLES)
+def test_a_patterns_quick_hint_is_in_each_sample_it_matches(text):
+    _assert_hints_hold(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PII_SAMPLES) | st.text(max_size=6), max_size=16).map("".join))
+def test_a_patterns_quick_hint_is_in_every_text_it_matches(text):
+    """A text without a pattern's hint skips that pattern: the hint must hold wherever the
+    pattern matches, or personal data would be kept."""
+    _assert_hints_hold(text)
 
 
 def test_resolved_tool_errors():

@@ -6,13 +6,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_pipelines.config import SAMPLE_TRANSCRIPTS
 from memory_pipelines.llm import ModelConfig, build_backend
 from memory_pipelines.records import Message, Summary, TimeWindow
 from memory_pipelines.rules.noise import judge_segments
 from memory_pipelines.rules.summary import overturned_entries, relevant_entries, summarize
-from memory_pipelines.rules.text import detect_language
+from memory_pipelines.rules.text import _WORD, detect_language, words
 from memory_pipelines.core.noise_filter import MAX_SEGMENTS_PER_CALL, pack_sessions
 from memory_pipelines.core.noise_filter import cut_segments, judge_sessions
 from memory_pipelines.core.summary_fold import (
@@ -184,6 +186,13 @@ def test_a_changed_port_overturns_the_old_decision():
 ])
 def test_language_detection(text, code):
     assert detect_language([text]) == code
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
+def test_words_are_each_word_casefolded(text):
+    # ASCII text takes a shortcut (one lower() for the whole text): the same words
+    assert words(text) == [w.casefold() for w in _WORD.findall(text)]
 
 
 def test_relevance_keeps_matching_entries_and_general_rules():
