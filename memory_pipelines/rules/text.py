@@ -9,6 +9,7 @@ from functools import lru_cache
 
 _WORD = re.compile(r"[\w][\w'’-]*", re.UNICODE)
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 STOPWORDS = {
     "en": {"the", "a", "an", "and", "or", "to", "of", "in", "on", "for", "is", "it", "that", "this", "with",
@@ -78,8 +79,8 @@ def detect_language(texts: list[str]) -> str:
     """ISO 639-1 code of the dominant language of `texts` (en when unsure)."""
     joined = " ".join(texts)
     scripts: Counter[str] = Counter()
-    if not joined.isascii():  # each distinct character named once, not each occurrence
-        for ch, count in Counter(joined).items():
+    if not joined.isascii():  # each distinct non-ASCII character named once (ASCII has no kana or han)
+        for ch, count in Counter(_NON_ASCII.findall(joined)).items():
             scripts[_script(ch)] += count
     kana, han = scripts["kana"], scripts["han"]
     if kana >= 2 and kana * 4 >= han * 0.2:
@@ -87,7 +88,8 @@ def detect_language(texts: list[str]) -> str:
     if han >= 2:
         return "zh"
     occurrences = Counter(words(joined))
-    counts = {lang: sum(occurrences[word] for word in stop) for lang, stop in STOPWORDS.items()}
+    # the stop words the text holds (a set intersection), not a lookup of every stop word
+    counts = {lang: sum(occurrences[word] for word in occurrences.keys() & stop) for lang, stop in STOPWORDS.items()}
     best = max(counts, key=lambda lang: (counts[lang], lang == "en"))
     return best if counts[best] > 0 else "en"
 
