@@ -113,12 +113,14 @@ def forge_relations(conn: psycopg.Connection, relations: Sequence[tuple[Relation
     relations they contradict (in any order: closing does not depend on it)."""
     if not relations:
         return
-    with conn.pipeline():  # nothing here waits on an answer: one round trip
-        for r, lineage in relations:
-            conn.execute(query("insert_relation"), {**shallow_fields(r), **NO_CALL, **lineage})
-        for user_id, subject, relation in sorted({(lineage["user_id"], r.subject, r.relation)
-                                                  for r, lineage in relations if r.relation in FUNCTIONAL_RELATIONS}):
-            conn.execute(query("close_contradicted"), {"user_id": user_id, "subject": subject, "relation": relation})
+    closing = sorted({(lineage["user_id"], r.subject, r.relation) for r, lineage in relations
+                      if r.relation in FUNCTIONAL_RELATIONS})
+    # a batch of each (a third of the client's work of a statement each)
+    with conn.cursor() as cur:
+        cur.executemany(query("insert_relation"),
+                        [{**shallow_fields(r), **NO_CALL, **lineage} for r, lineage in relations])
+        cur.executemany(query("close_contradicted"), [{"user_id": user_id, "subject": subject, "relation": relation}
+                                                      for user_id, subject, relation in closing])
 
 
 def record_knowledge_sources(conn: psycopg.Connection, rows: Sequence[dict]) -> None:
