@@ -22,30 +22,41 @@ _PLACE = r"([A-ZÀ-Þ][\w'’-]+(?:,? [A-ZÀ-Þ][\w'’-]+){0,3})"
 _VALUE = r"((?:[^.,;!?\n]|\.(?=\d)){1,80}?)"  # "Python 3.12" keeps its dot
 _END = r"(?=\s*(?:[.,;!?\n]|$|\band\b|\bbut\b|\bso\b))"
 
-# (category, key or None for a captured key, pattern, source)
-USER_PATTERNS: tuple[tuple[str, str | None, re.Pattern[str]], ...] = (
+# (category, key or None for a captured key, pattern, hint): a message without the pattern's
+# hint, a part every match holds, is not scanned with it (most messages hold none of them)
+USER_PATTERNS: tuple[tuple[str, str | None, re.Pattern[str], re.Pattern[str]], ...] = (
     # names and places are capitalized words: only the lead-in ignores case
-    ("identity", "name", re.compile(r"\b(?i:my name is) " + _NAME)),
-    ("identity", "name", re.compile(r"\b(?i:ich hei(?:ß|ss)e) " + _NAME)),
-    ("identity", "name", re.compile(r"\b(?i:me llamo) " + _NAME)),
-    ("identity", "preferred_name", re.compile(r"\bcall me " + _NAME)),
-    ("identity", "location", re.compile(r"\bI (?:live|am based|'m based|moved) (?:in|to) " + _PLACE)),
-    ("identity", "location", re.compile(r"\b(?i:ich wohne|ich lebe) in " + _PLACE)),
-    ("identity", "location", re.compile(r"\b(?i:vivo en) " + _PLACE)),
-    ("identity", "location", re.compile(r"我住在([^\s，。,.!?！？]{1,20})")),
-    ("identity", "name", re.compile(r"我叫([^\s，。,.!?！？]{1,12})")),
-    ("identity", "email", re.compile(r"\b(?i:my e-?mail(?: address)? is|mail me at|reach me at) ([\w.+-]+@[\w-]+(?:\.[\w-]+)+)")),
-    ("identity", "timezone", re.compile(r"\bmy time ?zone is ([A-Za-z_]+/[A-Za-z_]+|UTC[+-]?\d*|[A-Z]{3,4})", re.IGNORECASE)),
-    ("work", "employer", re.compile(r"\bI work (?:at|for) " + _PLACE)),
-    ("work", "manager", re.compile(r"\b" + _NAME + r" is my manager\b")),
-    ("preferences", None, re.compile(r"\bI prefer " + _VALUE + r" (?:as|for) my (\w[\w -]{0,30}?)" + _END, re.IGNORECASE)),
-    ("preferences", None, re.compile(r"\bmy (?:preferred|favou?rite) (\w[\w -]{0,30}?) is " + _VALUE + _END, re.IGNORECASE)),
-    ("preferences", None, re.compile(r"\b(\w[\w-]{0,30}):\s*" + _VALUE + r" is what I use", re.IGNORECASE)),
-    ("preferences", "answer_style", re.compile(r"\bI (?:like|prefer) (concise|short|detailed|long|brief) answers", re.IGNORECASE)),
+    ("identity", "name", re.compile(r"\b(?i:my name is) " + _NAME), re.compile(r"(?i:my name is)")),
+    ("identity", "name", re.compile(r"\b(?i:ich hei(?:ß|ss)e) " + _NAME), re.compile(r"(?i:ich hei)")),
+    ("identity", "name", re.compile(r"\b(?i:me llamo) " + _NAME), re.compile(r"(?i:me llamo)")),
+    ("identity", "preferred_name", re.compile(r"\bcall me " + _NAME), re.compile(r"call me ")),
+    ("identity", "location", re.compile(r"\bI (?:live|am based|'m based|moved) (?:in|to) " + _PLACE),
+     re.compile(r"I (?:live|am based|'m based|moved) ")),
+    ("identity", "location", re.compile(r"\b(?i:ich wohne|ich lebe) in " + _PLACE),
+     re.compile(r"(?i:ich wohne|ich lebe) in ")),
+    ("identity", "location", re.compile(r"\b(?i:vivo en) " + _PLACE), re.compile(r"(?i:vivo en) ")),
+    ("identity", "location", re.compile(r"我住在([^\s，。,.!?！？]{1,20})"), re.compile(r"我住在")),
+    ("identity", "name", re.compile(r"我叫([^\s，。,.!?！？]{1,12})"), re.compile(r"我叫")),
+    ("identity", "email", re.compile(r"\b(?i:my e-?mail(?: address)? is|mail me at|reach me at) ([\w.+-]+@[\w-]+(?:\.[\w-]+)+)"),
+     re.compile(r"@")),
+    ("identity", "timezone", re.compile(r"\bmy time ?zone is ([A-Za-z_]+/[A-Za-z_]+|UTC[+-]?\d*|[A-Z]{3,4})", re.IGNORECASE),
+     re.compile(r"(?i:time ?zone)")),
+    ("work", "employer", re.compile(r"\bI work (?:at|for) " + _PLACE), re.compile(r"I work ")),
+    ("work", "manager", re.compile(r"\b" + _NAME + r" is my manager\b"), re.compile(r" is my manager")),
+    ("preferences", None, re.compile(r"\bI prefer " + _VALUE + r" (?:as|for) my (\w[\w -]{0,30}?)" + _END, re.IGNORECASE),
+     re.compile(r"(?i:prefer)")),
+    ("preferences", None, re.compile(r"\bmy (?:preferred|favou?rite) (\w[\w -]{0,30}?) is " + _VALUE + _END, re.IGNORECASE),
+     re.compile(r"(?i:preferred|favou?rite)")),
+    ("preferences", None, re.compile(r"\b(\w[\w-]{0,30}):\s*" + _VALUE + r" is what I use", re.IGNORECASE),
+     re.compile(r"(?i: is what I use)")),
+    ("preferences", "answer_style", re.compile(r"\bI (?:like|prefer) (concise|short|detailed|long|brief) answers", re.IGNORECASE),
+     re.compile(r"(?i: answers)")),
     ("preferences", "reply_language", re.compile(
         r"\b(?:always )?(?:answer|reply|respond) (?:to me )?in (English|German|Spanish|French|Japanese|Chinese|"
-        r"Deutsch|Español|Italian|Portuguese)\b", re.IGNORECASE)),
-    ("tools", None, re.compile(r"\bI use ([A-Z][\w.+#-]*(?: \d[\w.]*)?) (?:at work|for work|daily|every day|for (\w[\w -]{0,30}?))" + _END)),
+        r"Deutsch|Español|Italian|Portuguese)\b", re.IGNORECASE),
+     re.compile(r"(?i:answer|reply|respond)")),
+    ("tools", None, re.compile(r"\bI use ([A-Z][\w.+#-]*(?: \d[\w.]*)?) (?:at work|for work|daily|every day|for (\w[\w -]{0,30}?))" + _END),
+     re.compile(r"I use ")),
 )
 _PORT = re.compile(r"\b(?:run|serve|start|put|switch|move|change|keep)\s+([a-z][\w-]*[a-z0-9])\s+(?:\w+\s+){0,2}?"
                    r"(?:on|to)\s+port\s+(\d{2,5})\b", re.IGNORECASE)
@@ -70,7 +81,9 @@ def _clean(value: str) -> str:
 
 def _user_items(message: Message) -> list[dict]:
     items = []
-    for category, key, pattern in USER_PATTERNS:
+    for category, key, pattern, hint in USER_PATTERNS:
+        if not hint.search(message.content):
+            continue
         for match in pattern.finditer(message.content):
             if key is None:
                 # "I prefer X as my Y" captures (value, key); "my preferred Y is X" and "Y: X" capture (key, value)

@@ -13,7 +13,7 @@ from memory_pipelines.core.chunk_packing import CHUNK_MAX_CHARS, Chunk, chunk_br
 from memory_pipelines.core.fact_extraction import canonical_key, normalize_key, render_fact, validate_items
 from memory_pipelines.llm.rendering import render_chunk
 from memory_pipelines.records import Message
-from memory_pipelines.rules.extraction import extract_facts
+from memory_pipelines.rules.extraction import USER_PATTERNS, extract_facts
 from memory_pipelines.core.summary_fold import rendered_length
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
@@ -180,6 +180,35 @@ def test_fact_prompt_line():
 def test_rules_extraction_from_explicit_statements(text, expected):
     found = {(i["category"], i["key"], i["value"]) for i in extract_facts([msg(1, "user", text)])}
     assert found == expected
+
+
+_STATEMENTS = [
+    "my name is Bob Martin", "MY NAME IS Ana", "Ich heiße Jana Weber", "ich heisse Tom", "me llamo Lucía", "call me Ally",
+    "I live in Lisbon", "I am based in New York", "I moved to Osaka", "ich wohne in Berlin", "Ich lebe in Wien",
+    "vivo en Valparaíso", "我住在上海", "我叫小明", "my e-mail address is a@b.io", "reach me at x.y@mail.example.com",
+    "my timezone is Europe/Lisbon", "My Time Zone is UTC+2", "I work at Acme Corp", "I work for Globex",
+    "Dana Scully is my manager", "I prefer neovim as my editor", "I PREFER tabs for my indentation",
+    "my preferred language is Python", "My favourite shell is zsh", "language: Python 3.12 is what I use",
+    "I like concise answers", "i prefer DETAILED ANSWERS", "Please always answer in German", "reply to me in Español",
+    "I use Docker at work", "I use Go for backend services", "I use Neovim daily",
+]
+_STATEMENT_PIECES = st.sampled_from([*_STATEMENTS, " ", ".", ", ", "\n", "and ", "so ", "I ", "my ", "is ", "in "])
+
+
+@pytest.mark.parametrize("text", _STATEMENTS)
+def test_each_statement_is_found_and_holds_its_patterns_hint(text):
+    matched = [hint for _, _, pattern, hint in USER_PATTERNS if pattern.search(text)]
+    assert matched and all(hint.search(text) for hint in matched)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_STATEMENT_PIECES | st.text(max_size=5), max_size=12).map("".join))
+def test_a_user_patterns_hint_is_in_every_text_it_matches(text):
+    """A message without a pattern's hint is not scanned with it: the hint must hold wherever
+    the pattern matches, or a stated fact would be missed."""
+    for category, key, pattern, hint in USER_PATTERNS:
+        if pattern.search(text):
+            assert hint.search(text), (category, key, text)
 
 
 def test_rules_extraction_from_key_value_tool_results():
