@@ -68,6 +68,9 @@ _DEPLOY = re.compile(r"\b(?:deploy|deploying|host|hosting)\s+(?:it\s+|([a-z][\w-
 _SWITCH = re.compile(r"\bswitch(?:ing)?\s+([a-z][\w-]*)\s+from\s+[\w.]+\s+to\s+(" + _DEPLOY_TARGETS + "|" + _DATABASES + r")\b",
                      re.IGNORECASE)
 _CHOOSE_JA = re.compile(r"([a-z][\w-]*)は(" + _DEPLOY_TARGETS + "|" + _DATABASES + r")(?:で行きましょう|にします)", re.IGNORECASE)
+# (pattern, hint) of the (service, target) choices, hinted as USER_PATTERNS are
+CHOICE_PATTERNS = ((_DEPLOY, re.compile(r"(?i:deploy|host)")), (_SWITCH, re.compile(r"(?i:switch)")),
+                   (_CHOOSE_JA, re.compile("は")))
 # "key: value" or "key = value", not "name==1.0" (a pinned requirement) nor a log line
 _KV_LINE = re.compile(r"^\s*([A-Za-z_][\w.-]{0,40})\s*(?::|=(?!=))\s*(\S.{0,200}?)\s*$")
 _LOG_LEVELS = {"DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL", "TRACE", "NOTICE"}
@@ -102,8 +105,9 @@ def _user_items(message: Message) -> list[dict]:
     if _DECISION_CONTEXT.search(message.content):
         for service, port in _PORT.findall(message.content):
             items.append(_item("decisions", f"{service}_port", port, "user_explicit", message))
-    for service, target in (*_DEPLOY.findall(message.content), *_SWITCH.findall(message.content),
-                            *_CHOOSE_JA.findall(message.content)):
+    choices = [found for pattern, hint in CHOICE_PATTERNS if hint.search(message.content)
+               for found in pattern.findall(message.content)]
+    for service, target in choices:
         kind = "database" if re.fullmatch(_DATABASES, target, re.IGNORECASE) else "deploy_target"
         items.append(_item("decisions", f"{service}_{kind}" if service else kind, target, "user_explicit", message))
     return items

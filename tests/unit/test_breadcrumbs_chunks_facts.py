@@ -13,7 +13,7 @@ from memory_pipelines.core.chunk_packing import CHUNK_MAX_CHARS, Chunk, chunk_br
 from memory_pipelines.core.fact_extraction import canonical_key, normalize_key, render_fact, validate_items
 from memory_pipelines.llm.rendering import render_chunk
 from memory_pipelines.records import Message
-from memory_pipelines.rules.extraction import USER_PATTERNS, extract_facts
+from memory_pipelines.rules.extraction import CHOICE_PATTERNS, USER_PATTERNS, extract_facts
 from memory_pipelines.core.summary_fold import rendered_length
 
 T0 = datetime(2026, 10, 1, 9, tzinfo=UTC)
@@ -183,7 +183,8 @@ def test_rules_extraction_from_explicit_statements(text, expected):
 
 
 _STATEMENTS = [
-    "my name is Bob Martin", "MY NAME IS Ana", "Ich heiße Jana Weber", "ich heisse Tom", "me llamo Lucía", "call me Ally",
+    "my name is Bob Martin", "MY NAME IS Ana", "Ich heiße Jana Weber", "ich heisse Tom", "me llamo Lucía",
+    "call me Ally",
     "I live in Lisbon", "I am based in New York", "I moved to Osaka", "ich wohne in Berlin", "Ich lebe in Wien",
     "vivo en Valparaíso", "我住在上海", "我叫小明", "my e-mail address is a@b.io", "reach me at x.y@mail.example.com",
     "my timezone is Europe/Lisbon", "My Time Zone is UTC+2", "I work at Acme Corp", "I work for Globex",
@@ -191,24 +192,27 @@ _STATEMENTS = [
     "my preferred language is Python", "My favourite shell is zsh", "language: Python 3.12 is what I use",
     "I like concise answers", "i prefer DETAILED ANSWERS", "Please always answer in German", "reply to me in Español",
     "I use Docker at work", "I use Go for backend services", "I use Neovim daily",
+    "let's deploy it to Fly.io", "Hosting billing on Render", "switch tapas-finder from Heroku to Fly.io",
+    "SWITCHING app from MySQL to Postgres", "recipe-botはSQLiteで行きましょう",
 ]
+_HINTED = [(pattern, hint) for *_, pattern, hint in USER_PATTERNS] + list(CHOICE_PATTERNS)
 _STATEMENT_PIECES = st.sampled_from([*_STATEMENTS, " ", ".", ", ", "\n", "and ", "so ", "I ", "my ", "is ", "in "])
 
 
 @pytest.mark.parametrize("text", _STATEMENTS)
 def test_each_statement_is_found_and_holds_its_patterns_hint(text):
-    matched = [hint for _, _, pattern, hint in USER_PATTERNS if pattern.search(text)]
+    matched = [hint for pattern, hint in _HINTED if pattern.search(text)]
     assert matched and all(hint.search(text) for hint in matched)
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_STATEMENT_PIECES | st.text(max_size=5), max_size=12).map("".join))
-def test_a_user_patterns_hint_is_in_every_text_it_matches(text):
+def test_a_fact_patterns_hint_is_in_every_text_it_matches(text):
     """A message without a pattern's hint is not scanned with it: the hint must hold wherever
     the pattern matches, or a stated fact would be missed."""
-    for category, key, pattern, hint in USER_PATTERNS:
+    for pattern, hint in _HINTED:
         if pattern.search(text):
-            assert hint.search(text), (category, key, text)
+            assert hint.search(text), (pattern.pattern, text)
 
 
 def test_rules_extraction_from_key_value_tool_results():
