@@ -190,18 +190,22 @@ class HashingEmbedder(Embedder):
         self._dimension = config.dimension or HASHING_DIMENSION
 
     def _embed_batch(self, texts):
-        matrix = np.zeros((len(texts), self._dimension))
-        for row, text in enumerate(texts):
-            buckets: list[int] = []
-            weights: list[float] = []
+        dimension = self._dimension
+        buckets: list[int] = []
+        weights: list[float] = []
+        features_per_text: list[int] = []
+        for text in texts:
+            before = len(buckets)
             for word in self._WORD.findall(unicodedata.normalize("NFKC", text).casefold()):
-                word_buckets, word_weights = _word_features(word, self._dimension)
+                word_buckets, word_weights = _word_features(word, dimension)
                 buckets += word_buckets
                 weights += word_weights
-            # the weights are halves and small whole numbers: their float sums are exact in
-            # any order, so a vector is the same to the last bit however it is summed
-            matrix[row] = np.bincount(buckets, weights, minlength=self._dimension)
-        return matrix
+            features_per_text.append(len(buckets) - before)
+        # the batch's vectors summed at once, each text's features offset into its own row; the
+        # weights are halves and small whole numbers, so their float sums are exact in any order
+        # and a vector is the same to the last bit however it is summed
+        cells = np.repeat(np.arange(len(texts)) * dimension, features_per_text) + np.asarray(buckets, dtype=np.intp)
+        return np.bincount(cells, weights, minlength=len(texts) * dimension).reshape(len(texts), dimension)
 
     def count_tokens(self, texts: Sequence[str]) -> int:
         """Its tokens are words."""

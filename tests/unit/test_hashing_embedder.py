@@ -43,3 +43,11 @@ def test_a_repeated_text_is_embedded_once_batches_go_by_length_and_rows_keep_the
     alone = [HashingEmbedder(EmbedConfig(backend="hashing", dimension=64)).embed([t])[0].tolist() for t in texts]
     assert rows.tolist() == alone
     assert embedder.embed([]).shape == (0, 64)
+
+
+def test_a_batch_embeds_each_text_as_alone_blank_ones_among_them():
+    embedder = HashingEmbedder(EmbedConfig(backend="hashing", dimension=64, batch_size=8))
+    texts = ["deploy ledger-api", "   ", "port 9090 ok", "", "deploy"]
+    alone = [embedder.embed([t])[0].tolist() for t in texts]
+    assert embedder.embed(texts).tolist() == alone
+    assert alone[1] == alone[3] == [0.0] * 64 and alone[0] != alone[4]
