@@ -28,9 +28,11 @@ PATTERNS: tuple[tuple[str, re.Pattern[str], int, re.Pattern[str]], ...] = (
         r"(?<![\w/.:-])(?:(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*|[\w.-]+(?:/[\w.-]+)+\.\w{1,8}|[\w.-]+(?:/[\w.-]+){2,})"
         r"(?<![.,;:])(?![\w/])"), 0, re.compile("/")),
     ("file", re.compile(r"(?<![\w/.-])[\w-]+\." + _FILE_TYPES + r"\b"), 0, re.compile(r"\." + _FILE_TYPES + r"\b")),
-    ("ticket", re.compile(r"(?<![\w&])#\d{2,7}\b"), 0, re.compile("#")),
+    # ticket and amount look behind after their first character, not before it: the same
+    # matches, but the engine skips to a `#` or a digit instead of trying every position
+    ("ticket", re.compile(r"#(?<![\w&]#)\d{2,7}\b"), 0, re.compile("#")),
     ("port", re.compile(r"\bport\s+(\d{2,5})\b", re.IGNORECASE), 0, re.compile(r"port\s", re.IGNORECASE)),
-    ("amount", re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)?\s?" + _UNITS + r"(?![\w])"), 0, re.compile(r"\d")),
+    ("amount", re.compile(r"\d(?<![\w.,]\d)\d*(?:[.,]\d+)?\s?" + _UNITS + r"(?![\w])"), 0, re.compile(r"\d")),
     ("constant", re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"), 0, re.compile("_")),
     ("snake", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"), 0, re.compile("_")),
     ("camel", re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b"), 0,

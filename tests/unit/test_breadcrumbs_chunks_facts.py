@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_pipelines.breadcrumbs import PATTERNS, extract_breadcrumbs, merge_breadcrumbs
+from memory_pipelines.breadcrumbs import _UNITS, PATTERNS, extract_breadcrumbs, merge_breadcrumbs
 from memory_pipelines.core.chunk_packing import CHUNK_MAX_CHARS, Chunk, chunk_breadcrumbs, chunk_line, pack_chunks
 from memory_pipelines.core.fact_extraction import canonical_key, normalize_key, render_fact, validate_items
 from memory_pipelines.llm.rendering import render_chunk
@@ -67,6 +68,19 @@ def test_a_kinds_quick_hint_is_in_every_text_its_pattern_matches(text):
     for kind, pattern, _group, hint in PATTERNS:
         if pattern.search(text):
             assert hint.search(text), (kind, text)
+
+
+# the ticket and amount patterns as first written, with the lookbehind before the match
+_PLAIN_FORMS = {"ticket": re.compile(r"(?<![\w&])#\d{2,7}\b"),
+                "amount": re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)?\s?" + _UNITS + r"(?![\w])")}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_CRUMB_PIECES | st.sampled_from(["#", "&", "#12", "4,5", "٣", "0.5", "a1"]), max_size=24).map("".join))
+def test_the_lookbehind_after_the_first_character_matches_as_the_plain_form(text):
+    for kind, pattern, _group, _hint in PATTERNS:
+        if kind in _PLAIN_FORMS:
+            assert [m.span() for m in pattern.finditer(text)] == [m.span() for m in _PLAIN_FORMS[kind].finditer(text)]
 
 
 # --- chunks -----------------------------------------------------------------------------
