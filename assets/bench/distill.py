@@ -28,7 +28,8 @@ import psycopg
 
 from assets.run.dask_executor import local_cluster
 from assets.run.runner import (
-    PROGRESS_RUN_CONFIG, ensure_dagster_home, partition_keys_between, progress_logger, run_range, run_shards,
+    PROGRESS_RUN_CONFIG, ensure_dagster_home, partition_keys_between, progress_logger, run_instance, run_range,
+    run_shards,
 )
 from memory_pipelines.bench.database import fresh_database, reused_or_built
 from memory_pipelines.bench.distill import BackfillBench, DatabaseLoad, DistillBench, EmbedderRate, PurposeUsage
@@ -76,10 +77,11 @@ def bookkeeping_seconds(keys: Sequence[str]) -> float:
 
     job = dg.Definitions(assets=[_idle_copy(a) for a in all_assets], jobs=[distill_job],
                          loggers={"progress": progress_logger(lambda line: None)}).resolve_job_def("distill")
-    started = time.perf_counter()
-    job.execute_in_process(instance=dg.DagsterInstance.get(), run_config=PROGRESS_RUN_CONFIG, tags={
-        "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
-    return time.perf_counter() - started
+    with run_instance() as instance:  # as a real run holds Dagster's storage
+        started = time.perf_counter()
+        job.execute_in_process(instance=instance, run_config=PROGRESS_RUN_CONFIG, tags={
+            "dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]})
+        return time.perf_counter() - started
 
 
 def _server_process(conn: psycopg.Connection) -> psutil.Process | None:

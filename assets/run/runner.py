@@ -23,7 +23,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import dagster as dg
 import psycopg
+import sqlalchemy.event
 import sqlalchemy.exc
+import sqlalchemy.pool
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from tqdm import tqdm
@@ -307,6 +309,37 @@ def _terminal_bar(stage: str, days: int) -> Iterator[Callable[[], None]]:
         yield bar.update
 
 
+# connections a run's instance may open beside the one each storage holds (threads that read
+# or write Dagster's storage at once: the run's, a stop signal's, the progress log's)
+STORAGE_OVERFLOW = 4
+
+
+@contextmanager
+def run_instance() -> Iterator[dg.DagsterInstance]:
+    """This DAGSTER_HOME's instance for a run in this process, each storage holding its
+    connection open until the run ends. By default Dagster's PostgreSQL storage connects anew
+    for every event it writes and every read (about 450 connections for a small run, each a
+    server process started); Dagster's own setting for a long-lived process (the webserver's)
+    keeps one connection a storage instead. No statement timeout, as by default. A held
+    connection the server closed (a restart, a crashed backend) is replaced when next taken."""
+    if not sqlalchemy.event.contains(sqlalchemy.pool.QueuePool, "checkout", _ping_on_checkout):
+        sqlalchemy.event.listen(sqlalchemy.pool.QueuePool, "checkout", _ping_on_checkout)
+    with dg.DagsterInstance.get() as instance:
+        instance.optimize_for_webserver(statement_timeout=0, pool_recycle=-1, max_overflow=STORAGE_OVERFLOW)
+        yield instance
+
+
+def _ping_on_checkout(dbapi_connection, _record, _proxy) -> None:
+    """SQLAlchemy's pessimistic disconnect handling: a pooled connection that no longer
+    answers is dropped and another one made (a connection of its own each time, as Dagster's
+    storage makes by default, would not need it)."""
+    try:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as exc:
+        raise sqlalchemy.exc.DisconnectionError("a pooled connection of Dagster's storage was closed") from exc
+
+
 def run_range(keys: Sequence[str], settings: Settings, echo: Callable[[str], None] = print,
               shard: int = 0) -> RangeRun:
     """Materialize every asset over the consecutive days `keys` in one run (of one shard's
@@ -322,10 +355,9 @@ def run_range(keys: Sequence[str], settings: Settings, echo: Callable[[str], Non
         loggers={"progress": progress_logger(echo)},
     )
     job = defs.resolve_job_def("distill")
-    instance = dg.DagsterInstance.get()
     started = time.perf_counter()
     invocation = uuid.uuid4().hex
-    with progress_bars(_terminal_bar), handed_off(settings):
+    with run_instance() as instance, progress_bars(_terminal_bar), handed_off(settings):
         result, signum = _stoppable(partial(execute_range, job, keys, instance, echo, shard, {INVOCATION_TAG: invocation},
                                             settings.executor), instance, invocation, echo)
     if signum is not None and not result.success:

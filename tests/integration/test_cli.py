@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,6 +29,21 @@ def test_entry_point_is_installed():
     assert ENTRY.exists()
     result = cli("--help")
     assert result.returncode == 0 and "run" in result.stdout and "db" in result.stdout
+
+
+def _sessions_opened(url: str) -> int:
+    """Connections made to the database so far, once the closed ones have been counted (the
+    statistics of a session arrive when it ends)."""
+    seen, deadline = -1, time.monotonic() + 10
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            now = conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()").fetchone()[0]
+            if now == seen:
+                return now
+            seen = now
+            time.sleep(0.5)
+    return seen
 
 
 def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
@@ -54,8 +70,13 @@ def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
     for stage in ("conversation_segments:", "session_summaries:"):
         assert stage in first.stdout
     before = table_fingerprints(database_url)
+    sessions_before = _sessions_opened(database_url)
     again = cli("run", "--transcripts", str(folder), "--start", "2026-10-02", "--end", "2026-10-03")
     assert again.returncode == 0, again.stderr
+    # Dagster's storage holds its connections through the run instead of connecting for each
+    # event it writes (hundreds of connections a run, each a server process started)
+    opened = _sessions_opened(database_url) - sessions_before
+    assert opened < 100, f"the run opened {opened} connections"
     assert "partitions:  2026-10-02 .. 2026-10-03 (2 days)" in again.stdout
     assert table_fingerprints(database_url) == before
     context = cli("context", "s-bob-0005", "--request", "which port does ledger-api use?", "--json")
