@@ -23,9 +23,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import dagster as dg
 import psycopg
-import sqlalchemy.event
 import sqlalchemy.exc
-import sqlalchemy.pool
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from tqdm import tqdm
@@ -51,10 +49,12 @@ EVENT_BATCH_SIZE = 1000
 
 
 def _postgres_storage(url: str) -> str:
-    """Run, event and schedule storage on the pipeline's own PostgreSQL. The URL is written
+    """Run, event and schedule storage on the pipeline's own PostgreSQL, each holding its
+    connection (`assets.run.storage.HeldPostgresStorage`). The URL is written
     out (JSON is valid YAML) so that any process on this DAGSTER_HOME, `dagster dev` started
     by hand too, finds it; the file is then readable by its owner only."""
-    return f"\nstorage:\n  postgres:\n    postgres_url: {json.dumps(url)}\n"
+    return (f"\nstorage:\n  custom:\n    module: assets.run.storage\n    class: HeldPostgresStorage\n"
+            f"    config:\n      postgres_url: {json.dumps(url)}\n")
 
 
 def _run_queue(max_concurrent_runs: int) -> str:
@@ -309,35 +309,12 @@ def _terminal_bar(stage: str, days: int) -> Iterator[Callable[[], None]]:
         yield bar.update
 
 
-# connections a run's instance may open beside the one each storage holds (threads that read
-# or write Dagster's storage at once: the run's, a stop signal's, the progress log's)
-STORAGE_OVERFLOW = 4
-
-
 @contextmanager
 def run_instance() -> Iterator[dg.DagsterInstance]:
-    """This DAGSTER_HOME's instance for a run in this process, each storage holding its
-    connection open until the run ends. By default Dagster's PostgreSQL storage connects anew
-    for every event it writes and every read (about 450 connections for a small run, each a
-    server process started); Dagster's own setting for a long-lived process (the webserver's)
-    keeps one connection a storage instead. No statement timeout, as by default. A held
-    connection the server closed (a restart, a crashed backend) is replaced when next taken."""
-    if not sqlalchemy.event.contains(sqlalchemy.pool.QueuePool, "checkout", _ping_on_checkout):
-        sqlalchemy.event.listen(sqlalchemy.pool.QueuePool, "checkout", _ping_on_checkout)
+    """This DAGSTER_HOME's instance for a run in this process, its storage's held connections
+    closed when the run ends."""
     with dg.DagsterInstance.get() as instance:
-        instance.optimize_for_webserver(statement_timeout=0, pool_recycle=-1, max_overflow=STORAGE_OVERFLOW)
         yield instance
-
-
-def _ping_on_checkout(dbapi_connection, _record, _proxy) -> None:
-    """SQLAlchemy's pessimistic disconnect handling: a pooled connection that no longer
-    answers is dropped and another one made (a connection of its own each time, as Dagster's
-    storage makes by default, would not need it)."""
-    try:
-        with dbapi_connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    except Exception as exc:
-        raise sqlalchemy.exc.DisconnectionError("a pooled connection of Dagster's storage was closed") from exc
 
 
 def run_range(keys: Sequence[str], settings: Settings, echo: Callable[[str], None] = print,

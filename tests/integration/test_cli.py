@@ -59,6 +59,8 @@ def test_run_on_a_subset_prints_progress_and_counts(database_url, tmp_path):
     # with MEMORY_DATABASE_URL set, Dagster's runs and events live on that server, in their own schema
     dagster_yaml = Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml"
     assert "postgresql+psycopg2://" in dagster_yaml.read_text() and "search_path%3Ddagster" in dagster_yaml.read_text()
+    # every process of the instance (a UI backfill's run worker too) holds its storage's connections
+    assert "class: HeldPostgresStorage" in dagster_yaml.read_text()
     assert dagster_yaml.stat().st_mode & 0o077 == 0  # it holds the database URL: its owner's only
     with psycopg.connect(database_url) as conn:
         # the whole range is one run, as a UI backfill with the single-run policy
