@@ -6,6 +6,7 @@ Luhn check holds, an IBAN only when its mod-97 check does."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
@@ -45,36 +46,35 @@ def _iban_ok(text: str) -> bool:
     return 15 <= len(compact) <= 34 and int(number) % 97 == 1
 
 
-# what a text must hold for each pattern to match in it (a scan each, far cheaper than the
-# patterns': most texts hold no digit, `@` or `:`, and then the patterns needing one are skipped)
+def _never(_match: re.Match[str]) -> bool:
+    return False
+
+
 _DIGIT = re.compile(r"\d")
-_HINTS = {
-    _TOKEN: re.compile(r"sk-|gh[po]_|xox[abpr]-|AKIA|AIza|eyJ|[:=]"),
-    _EMAIL: re.compile("@"),
-    _IBAN: _DIGIT, _CARD: _DIGIT, _IPV4: _DIGIT, _PHONE: _DIGIT,
-    _IPV6: re.compile(":"),
-}
+# (kind, pattern, hint, keep), applied in this order. The hint is what every match of the
+# pattern holds, found in one quick scan: most texts hold no digit, `@` or `:`, and the
+# patterns needing one are then skipped. `keep` spares a match that is not what it looks like.
+PATTERNS: tuple[tuple[str, re.Pattern[str], re.Pattern[str], Callable[[re.Match[str]], bool]], ...] = (
+    ("token", _TOKEN, re.compile(r"sk-|gh[po]_|xox[abpr]-|AKIA|AIza|eyJ|[:=]"), _never),
+    ("email", _EMAIL, re.compile("@"), _never),
+    ("iban", _IBAN, _DIGIT, lambda m: not _iban_ok(m.group(0))),
+    ("card", _CARD, _DIGIT, lambda m: not _luhn(re.sub(r"\D", "", m.group(0)))),
+    ("ip", _IPV4, _DIGIT, lambda m: m.group(0).startswith(_SAFE_IPS)),
+    ("ip", _IPV6, re.compile(":"), _never),
+    ("phone", _PHONE, _DIGIT, lambda m: len(re.sub(r"\D", "", m.group(0))) < 8),
+)
 
 
 def sanitize(text: str) -> Sanitized:
     kinds: list[str] = []
+    for kind, pattern, hint, keep in PATTERNS:
+        if not hint.search(text):
+            continue
 
-    def sub(pattern: re.Pattern[str], kind: str, text: str, keep=lambda m: False) -> str:
-        if not _HINTS[pattern].search(text):
-            return text
-
-        def replace(match: re.Match[str]) -> str:
+        def replace(match: re.Match[str], kind: str = kind, keep=keep) -> str:
             if keep(match):
                 return match.group(0)
             kinds.append(kind)
             return f"[REDACTED:{kind}]"
-        return pattern.sub(replace, text)
-
-    text = sub(_TOKEN, "token", text)
-    text = sub(_EMAIL, "email", text)
-    text = sub(_IBAN, "iban", text, keep=lambda m: not _iban_ok(m.group(0)))
-    text = sub(_CARD, "card", text, keep=lambda m: not _luhn(re.sub(r"\D", "", m.group(0))))
-    text = sub(_IPV4, "ip", text, keep=lambda m: m.group(0).startswith(_SAFE_IPS))
-    text = sub(_IPV6, "ip", text)
-    text = sub(_PHONE, "phone", text, keep=lambda m: len(re.sub(r"\D", "", m.group(0))) < 8)
+        text = pattern.sub(replace, text)
     return Sanitized(text, tuple(sorted(set(kinds))))

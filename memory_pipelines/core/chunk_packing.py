@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memory_pipelines.breadcrumbs import MAX_BREADCRUMBS, extract_breadcrumbs, merge_breadcrumbs
+from memory_pipelines.digests import json_digest
 from memory_pipelines.records import Message
 
 CHUNK_MAX_CHARS = 4000
 CHUNK_MESSAGE_MAX_CHARS = 12_000
-PACKER_VERSION = hashlib.sha256(
-    json.dumps(["chunks-v1", CHUNK_MAX_CHARS, CHUNK_MESSAGE_MAX_CHARS]).encode()).hexdigest()[:12]
+PACKER_VERSION = json_digest(["chunks-v1", CHUNK_MAX_CHARS, CHUNK_MESSAGE_MAX_CHARS])[:12]
 SKIPPED_KINDS = {"summary", "compression_marker", "compaction"}
 
 
