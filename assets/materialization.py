@@ -14,6 +14,7 @@ from assets.resources import PostgresResource
 from memory_pipelines.db import schema as schema_db
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.db.outage import DatabaseLost, ServerLog, connection_lost
+from memory_pipelines.heap import settle_heap
 from memory_pipelines.reporting import markdown_table
 from memory_pipelines.stages.common import StageReport, Window
 
@@ -38,13 +39,15 @@ def guarded_step(body: Callable[..., Iterator]) -> Callable[..., Iterator]:
       step in progress, which finishes and commits;
     - a step whose database went away under it (a crashed server process, a stop) fails in
       one line: what the embedded server's log says ended it, the step's days, what to do.
-      Its stage committed what it finished; the retry starts from there."""
+      Its stage committed what it finished; the retry starts from there.
+    A process's first step settles its heap first (memory_pipelines/heap.py)."""
 
     @functools.wraps(body)
     def step(context: dg.AssetExecutionContext, postgres: PostgresResource, **resources) -> Iterator:
         run = context.instance.get_run_by_id(context.run_id)
         if run is not None and run.status == dg.DagsterRunStatus.CANCELING:
             raise dg.Failure(description=STOPPED_BEFORE_STEP, allow_retries=False)
+        settle_heap()
         log = ServerLog.of_home(Path(postgres.home), postgres.database_url)
         try:
             yield from body(context, postgres=postgres, **resources)
