@@ -87,9 +87,11 @@ def store_tree(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str
                  "content_hash": n.content_hash,
                  "run_id": run_id} for n in changed])
             written = cur.rowcount
-    removed = conn.execute(query("delete_tree_nodes_except"), {
-        "tree_kind": tree_kind, "tree_keys": list(tree_keys), "kept_trees": [n.tree_key for n in nodes],
-        "kept_nodes": [n.node_key for n in nodes]}).rowcount
+    # what was stored and is no longer built goes (read above, in this transaction)
+    gone = stored.keys() - {(n.tree_key, n.node_key) for n in nodes}
+    removed = conn.execute(query("delete_tree_nodes"), {
+        "tree_kind": tree_kind, "tree_keys": [t for t, _ in gone],
+        "node_keys": [n for _, n in gone]}).rowcount if gone else 0
     return written, removed
 
 

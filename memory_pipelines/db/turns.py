@@ -42,9 +42,11 @@ def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequ
                 copy.write_row(row)
         written = conn.execute(query("upsert_turns_from_load"), {"run_id": run_id}).rowcount
         conn.execute(query("drop_turn_load"))  # a second batch in the same transaction starts empty
-    removed = conn.execute(query("delete_turns_except"), {
-        "session_ids": list(session_ids), "kept_sessions": [r.session_id for r in rows],
-        "kept_seqs": [r.seq for r in rows]}).rowcount
+    # what was stored and is no longer built goes (read above, under the sessions' locks): no
+    # statement sends every kept pair, and a batch with nothing gone sends none
+    gone = stored.keys() - {(r.session_id, r.seq) for r in rows}
+    removed = conn.execute(query("delete_turns"), {"session_ids": [s for s, _ in gone],
+                                                   "seqs": [seq for _, seq in gone]}).rowcount if gone else 0
     return written, removed
 
 

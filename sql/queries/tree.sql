@@ -32,11 +32,11 @@ SET user_id = EXCLUDED.user_id, level = EXCLUDED.level, parent_key = EXCLUDED.pa
     run_id = EXCLUDED.run_id
 WHERE t.content_hash <> EXCLUDED.content_hash;
 
--- name: delete_tree_nodes_except
--- The trees' nodes no longer among the (tree, node) pairs kept.
-DELETE FROM memory_tree
-WHERE tree_kind = %(tree_kind)s AND tree_key = ANY(%(tree_keys)s)
-  AND (tree_key, node_key) NOT IN (SELECT * FROM unnest(%(kept_trees)s::text[], %(kept_nodes)s::text[]));
+-- name: delete_tree_nodes
+-- The nodes at these (tree, node) pairs of one kind of tree: stored ones their trees no longer have.
+DELETE FROM memory_tree t
+USING unnest(%(tree_keys)s::text[], %(node_keys)s::text[]) AS gone(tree_key, node_key)
+WHERE t.tree_kind = %(tree_kind)s AND t.tree_key = gone.tree_key AND t.node_key = gone.node_key;
 
 -- name: users_without_scene_tree
 -- Users with session trees and no scene tree (forget removed it): theirs is built again.

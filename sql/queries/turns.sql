@@ -58,11 +58,11 @@ WHERE t.content_hash <> EXCLUDED.content_hash OR t.window_hash <> EXCLUDED.windo
 -- name: drop_turn_load
 DROP TABLE turn_load;
 
--- name: delete_turns_except
--- The sessions' turns that are no longer among the (session, seq) pairs kept.
-DELETE FROM memory_turns
-WHERE session_id = ANY(%(session_ids)s)
-  AND (session_id, seq) NOT IN (SELECT * FROM unnest(%(kept_sessions)s::text[], %(kept_seqs)s::bigint[]));
+-- name: delete_turns
+-- The turns at these (session, seq) pairs: stored ones their sessions no longer have.
+DELETE FROM memory_turns t
+USING unnest(%(session_ids)s::text[], %(seqs)s::bigint[]) AS gone(session_id, seq)
+WHERE t.session_id = gone.session_id AND t.seq = gone.seq;
 
 -- name: delete_turn_stats
 DELETE FROM memory_turn_stats WHERE user_id = ANY(%(user_ids)s);

@@ -4,6 +4,7 @@ writes only the nodes that changed."""
 
 from __future__ import annotations
 
+from memory_pipelines.db.connection import get_pool
 from memory_pipelines.stages import tree
 from tests.stages.chain import SAMPLE_DAYS, rows, run_stage, run_upstream, scalar, table_contents, write_session
 
@@ -65,6 +66,19 @@ def test_a_day_writes_its_trees_the_next_only_its_path_and_fewer_children_reshap
     assert counted(narrow)[:3] == (2, 1, 1) and narrow.counts.nodes_written > 0
     assert rows(database_url, "SELECT level, count(*) FROM memory_tree WHERE tree_key = 'late' GROUP BY 1 ORDER BY 1"
                 ) == [(0, 10), (1, 3), (2, 1)]
+    assert scalar(database_url, BROKEN, {"most": 4}) == 0
+
+    # half the chunks gone: their leaves and the nodes over them go, and only those
+    nodes = "SELECT tree_kind, tree_key, node_key FROM memory_tree"
+    before = set(rows(database_url, nodes))
+    with get_pool(database_url).connection() as conn:
+        conn.execute("DELETE FROM memory_chunks WHERE session_id = 'late' AND start_seq > (SELECT percentile_disc(0.5) "
+                     "WITHIN GROUP (ORDER BY start_seq) FROM memory_chunks WHERE session_id = 'late')")
+    halved = run_stage(pool, "memory_tree", DAYS, run_id="halved", settings=tree.Settings(max_children=4))
+    after = set(rows(database_url, nodes))
+    assert halved.counts.nodes_removed == len(before - after) > 0
+    assert rows(database_url, "SELECT level, count(*) FROM memory_tree WHERE tree_key = 'late' GROUP BY 1 ORDER BY 1"
+                ) == [(0, 5), (1, 2), (2, 1)]
     assert scalar(database_url, BROKEN, {"most": 4}) == 0
 
 

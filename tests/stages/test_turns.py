@@ -73,3 +73,18 @@ def test_days_in_reverse_order_leave_the_rows_of_the_range(pool, database_url, m
     run_stage(ranged_pool, "memory_turns", SAMPLE_DAYS)
     tables = ["memory_turns", "memory_turn_stats"]
     assert table_contents(database_url, tables) == table_contents(ranged, tables)
+
+
+def test_a_turn_whose_message_is_gone_is_removed_and_no_other(pool, database_url, tmp_path):
+    write_session(tmp_path, "de", "jonas", GERMAN)
+    write_session(tmp_path, "en", "jonas", ENGLISH, start="12:00")
+    run_upstream(pool, "memory_turns", "2026-10-01", source=tmp_path)
+    assert run_stage(pool, "memory_turns", "2026-10-01").counts.turns_written == 6
+    with get_pool(database_url).connection() as conn:
+        conn.execute("DELETE FROM messages WHERE session_id = 'de' AND seq IN (3, 4)")
+    again = run_stage(pool, "memory_turns", "2026-10-01", run_id="again").counts
+    # written again: the turn whose window held the gone ones
+    assert (again.sessions_indexed, again.turns_written, again.turns_removed) == (2, 1, 2)
+    assert rows(database_url, TURNS) == [
+        ("de", 1, "user", "german", 0), ("de", 2, "assistant", "german", 1),
+        ("en", 2, "user", "english", 0), ("en", 3, "assistant", "english", 1)]
