@@ -31,7 +31,8 @@ def settle_heap() -> None:
     if _settled:
         return
     _settled = True
-    gc.collect()  # what is garbage now is freed, not frozen
+    # no collection first: once the code location is loaded one frees a few dozen objects
+    # (20, measured) in 0.2 s of CPU, and those few stay frozen instead
     gc.freeze()
     _, middle, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_GENERATION_THRESHOLD, middle, oldest)
