@@ -15,22 +15,18 @@ memory stayed within 905–1,054 MB, its runs' spread before)."""
 from __future__ import annotations
 
 import gc
+from functools import cache
 
 # new tracked objects (allocations less deallocations) before the youngest generation is
 # collected; CPython's default is 700
 YOUNG_GENERATION_THRESHOLD = 50_000
 
-_settled = False
 
-
+@cache  # once per process
 def settle_heap() -> None:
     """Freeze what this process holds now and raise the youngest generation's threshold, the
     first time it is called in a process; later calls do nothing (freezing again would keep a
     step's garbage cycles forever)."""
-    global _settled
-    if _settled:
-        return
-    _settled = True
     # no collection first: once the code location is loaded one frees a few dozen objects
     # (20, measured) in 0.2 s of CPU, and those few stay frozen instead
     gc.freeze()

@@ -28,7 +28,7 @@ cycle.self = cycle
 dead = weakref.ref(cycle)
 del cycle
 gc.collect()
-print(first, gc.get_freeze_count(), gc.get_threshold()[0], YOUNG_GENERATION_THRESHOLD, dead() is None)
+print(first, gc.get_freeze_count(), gc.get_threshold()[0], YOUNG_GENERATION_THRESHOLD, int(dead() is None))
 """
 
 # one day of the sample through the transcripts asset, as a Dagster run worker would
@@ -48,8 +48,7 @@ def _python(code: str, *args: str) -> list[int]:
     done = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    return [int(word == "True") if word in ("True", "False") else int(word)
-            for word in done.stdout.split()]
+    return [int(word) for word in done.stdout.split()]
 
 
 def test_the_heap_is_settled_once_and_cycles_made_after_are_still_collected():
