@@ -75,18 +75,18 @@ def store_tree(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str
     returns (written, removed)."""
     stored = {(tree_key, node_key): digest for tree_key, node_key, digest in conn.execute(
         query("tree_hashes"), {"tree_kind": tree_kind, "tree_keys": list(tree_keys)})}
-    changed = [n for n in nodes if stored.get((n.tree_key, n.node_key)) != n.content_hash]
+    # a key built twice keeps its last node, as upserting them one by one would
+    changed = {(n.tree_key, n.node_key): n for n in nodes if stored.get((n.tree_key, n.node_key)) != n.content_hash}
     written = 0
     if changed:
-        with conn.cursor() as cur:
-            cur.executemany(query("upsert_tree_node"), [
-                {**{f: getattr(n, f) for f in ("user_id", "tree_kind", "tree_key", "node_key", "level", "parent_key",
-                                               "position", "started_at", "ended_at", "summary", "model",
-                                               "source_hash")},
-                 "spans": Jsonb([shallow_fields(s) for s in n.spans]), "keys": list(n.keys),
-                 "content_hash": n.content_hash,
-                 "run_id": run_id} for n in changed])
-            written = cur.rowcount
+        conn.execute(query("create_tree_load"))
+        with conn.cursor().copy(query("copy_tree_load")) as copy:
+            for n in changed.values():
+                copy.write_row((n.user_id, n.tree_kind, n.tree_key, n.node_key, n.level, n.parent_key, n.position,
+                                n.started_at, n.ended_at, Jsonb([shallow_fields(s) for s in n.spans]), list(n.keys),
+                                n.summary, n.content_hash, n.model, n.source_hash))
+        written = conn.execute(query("upsert_tree_from_load"), {"run_id": run_id}).rowcount
+        conn.execute(query("drop_tree_load"))  # a second batch in the same transaction starts empty
     # what was stored and is no longer built goes (read above, in this transaction)
     gone = stored.keys() - {(n.tree_key, n.node_key) for n in nodes}
     removed = conn.execute(query("delete_tree_nodes"), {

@@ -18,12 +18,27 @@ ORDER BY session_id, start_seq;
 SELECT tree_key, node_key, content_hash FROM memory_tree
 WHERE tree_kind = %(tree_kind)s AND tree_key = ANY(%(tree_keys)s);
 
--- name: upsert_tree_node
+-- name: create_tree_load
+-- A batch's changed nodes arrive by COPY and are upserted by one statement (a statement per
+-- node cost the client more than the server's upsert).
+CREATE TEMP TABLE tree_load (
+    user_id text, tree_kind text, tree_key text, node_key text, level integer, parent_key text, position integer,
+    started_at timestamptz, ended_at timestamptz, spans jsonb, keys text[], summary text, content_hash text,
+    model text, source_hash text
+) ON COMMIT DROP;
+
+-- name: copy_tree_load
+COPY tree_load (user_id, tree_kind, tree_key, node_key, level, parent_key, position, started_at, ended_at, spans,
+                keys, summary, content_hash, model, source_hash)
+FROM STDIN;
+
+-- name: upsert_tree_from_load
+-- The partition is the day of the node's newest turn.
 INSERT INTO memory_tree AS t (user_id, tree_kind, tree_key, node_key, level, parent_key, position, started_at,
                               ended_at, spans, keys, summary, content_hash, model, source_hash, partition_key, run_id)
-VALUES (%(user_id)s, %(tree_kind)s, %(tree_key)s, %(node_key)s, %(level)s, %(parent_key)s, %(position)s,
-        %(started_at)s, %(ended_at)s, %(spans)s, %(keys)s, %(summary)s, %(content_hash)s, %(model)s, %(source_hash)s,
-        to_char(%(ended_at)s AT TIME ZONE 'UTC', 'YYYY-MM-DD'), %(run_id)s)
+SELECT user_id, tree_kind, tree_key, node_key, level, parent_key, position, started_at, ended_at, spans, keys,
+       summary, content_hash, model, source_hash, to_char(ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), %(run_id)s
+FROM tree_load
 ON CONFLICT (tree_kind, tree_key, node_key) DO UPDATE
 SET user_id = EXCLUDED.user_id, level = EXCLUDED.level, parent_key = EXCLUDED.parent_key,
     position = EXCLUDED.position, started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
@@ -31,6 +46,9 @@ SET user_id = EXCLUDED.user_id, level = EXCLUDED.level, parent_key = EXCLUDED.pa
     model = EXCLUDED.model, source_hash = EXCLUDED.source_hash, partition_key = EXCLUDED.partition_key,
     run_id = EXCLUDED.run_id
 WHERE t.content_hash <> EXCLUDED.content_hash;
+
+-- name: drop_tree_load
+DROP TABLE tree_load;
 
 -- name: delete_tree_nodes
 -- The nodes at these (tree, node) pairs of one kind of tree: stored ones their trees no longer have.
