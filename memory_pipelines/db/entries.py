@@ -50,32 +50,31 @@ def forge_knowledge(conn: psycopg.Connection, entries: Sequence[tuple[EntryCandi
         if archived:
             written += sum(_forge_archived_key(conn, row) for row in group)
             continue
-        # keys decay never took: plain upserts. An entry's version counts its key's distinct
-        # contents, so all versions go first: an entry upserted twice ends with the count of
-        # both either way.
-        group = list(group)
-        with conn.cursor() as cur:
-            cur.executemany(query("upsert_knowledge_version"), group)
-        written += _upsert_entries(conn, group)
+        # keys decay never took: plain upserts
+        written += _upsert_entries(conn, list(group))
     return written
 
 
-_ENTRY_LOAD_COLUMNS = ("entry_key", "user_id", "kind", "title", "content", "tags", "confidence", "importance",
+_ENTRY_LOAD_COLUMNS = ("user_id", "kind", "title", "content", "tags", "confidence", "importance",
                        "scope", "scope_id", "consent_basis", "has_pii", "pii_kinds", "observed_at", "valid_until",
                        "session_id", "seq_start", "seq_end", "partition_key", "run_id", "model", "prompt_version",
                        "call_id")
 
 
 def _upsert_entries(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
-    """Upsert entries as if one by one, in order: loaded by `COPY`, then one statement per
-    round, round n holding each key's n-th row (the rows of one key apply in order; those of
+    """Upsert entries and their versions as if one by one, in order: loaded by `COPY`, the
+    versions first (an entry's version counts its key's distinct contents: an entry upserted
+    twice ends with the count of both either way), then the entries one statement per round,
+    round n holding each key's n-th row (the rows of one key apply in order; those of
     different keys do not depend on each other). Returns the entries inserted or changed."""
     occurrences: Counter[str] = Counter()
     conn.execute(query("create_entry_load"))
     with conn.cursor().copy(query("copy_entry_load")) as copy:
         for position, row in enumerate(rows):
             occurrences[row["entry_key"]] += 1
-            copy.write_row((position, occurrences[row["entry_key"]], *(row[c] for c in _ENTRY_LOAD_COLUMNS)))
+            copy.write_row((position, occurrences[row["entry_key"]], row["entry_key"], row["content_hash"],
+                            *(row[c] for c in _ENTRY_LOAD_COLUMNS)))
+    conn.execute(query("upsert_versions_from_load"))
     written = sum(conn.execute(query("upsert_entries_from_load"), {"round": n}).rowcount
                   for n in range(1, max(occurrences.values(), default=0) + 1))
     conn.execute(query("drop_entry_load"))  # a second batch in the same transaction starts empty
@@ -94,7 +93,6 @@ def _forge_archived_key(conn: psycopg.Connection, row: dict) -> int:
         return 0
     restore_reobserved(conn, "archived_entries_reobserved", {"entry_key": row["entry_key"],
                                                               "observed_at": row["observed_at"]})
-    conn.execute(query("upsert_knowledge_version"), row)
     return _upsert_entries(conn, [row])
 
 

@@ -25,17 +25,34 @@ WHERE EXCLUDED.observed_at < v.observed_at;  -- a version dates from its first o
 -- A batch's entries arrive by COPY and are upserted a round at a time (a statement may not
 -- update one row twice: round n holds each key's n-th observation of the batch, in order).
 CREATE TEMP TABLE entry_load (
-    ord integer, round integer, entry_key text, user_id text, kind text, title text, content text, tags text[],
+    ord integer, round integer, entry_key text, content_hash text, user_id text, kind text, title text, content text, tags text[],
     confidence real, importance real, scope text, scope_id text, consent_basis text, has_pii boolean,
     pii_kinds text[], observed_at timestamptz, valid_until timestamptz, session_id text, seq_start bigint,
     seq_end bigint, partition_key text, run_id text, model text, prompt_version text, call_id text
 ) ON COMMIT DROP;
 
 -- name: copy_entry_load
-COPY entry_load (ord, round, entry_key, user_id, kind, title, content, tags, confidence, importance, scope, scope_id,
+COPY entry_load (ord, round, entry_key, content_hash, user_id, kind, title, content, tags, confidence, importance, scope, scope_id,
     consent_basis, has_pii, pii_kinds, observed_at, valid_until, session_id, seq_start, seq_end, partition_key, run_id,
     model, prompt_version, call_id)
 FROM STDIN;
+
+-- name: upsert_versions_from_load
+-- The load's versions, as upserting its rows one by one in order would leave them: a
+-- (key, content) pair's row holds what its first row says and the observation of its
+-- earliest (the first of those in order), which an older stored one keeps.
+INSERT INTO knowledge_entry_versions AS v (entry_key, content_hash, user_id, title, content, tags, confidence,
+    observed_at, session_id, seq_start, seq_end, partition_key, run_id, call_id)
+SELECT f.entry_key, f.content_hash, f.user_id, f.title, f.content, f.tags, f.confidence, o.observed_at,
+       o.session_id, o.seq_start, o.seq_end, o.partition_key, o.run_id, o.call_id
+FROM (SELECT DISTINCT ON (entry_key, content_hash) * FROM entry_load ORDER BY entry_key, content_hash, ord) f
+JOIN (SELECT DISTINCT ON (entry_key, content_hash) * FROM entry_load
+      ORDER BY entry_key, content_hash, observed_at, ord) o USING (entry_key, content_hash)
+ON CONFLICT (entry_key, content_hash) DO UPDATE
+SET observed_at = EXCLUDED.observed_at, session_id = EXCLUDED.session_id, seq_start = EXCLUDED.seq_start,
+    seq_end = EXCLUDED.seq_end, partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id,
+    call_id = EXCLUDED.call_id
+WHERE EXCLUDED.observed_at < v.observed_at;
 
 -- name: drop_entry_load
 DROP TABLE entry_load;

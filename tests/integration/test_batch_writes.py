@@ -37,6 +37,7 @@ def _batch() -> list[tuple[EntryCandidate, dict]]:
         _entry("bob", "editor", "vim", 1),  # the same observation again
         _entry("cat", "shell", "zsh", 4),
         _entry("bob", "editor", "helix", 7),
+        _entry("bob", "editor", "vim", 0),  # a content seen before, observed earlier: its version's first sighting
     ]
     return [(e, {"session_id": f"s-{e.user_id}-{e.seq_start}", "partition_key": "2026-10-01", "run_id": "r",
                  "model": "rules", "prompt_version": "p1"}) for e in observed]
@@ -70,6 +71,7 @@ def test_a_batch_written_at_once_equals_the_entries_written_one_by_one(make_data
     assert [row[3] for row in entries] == ["database", "editor", "deploy target", "shell"]
     assert {row[3]: row[4] for row in entries}["editor"] == "helix"
     assert len(versions) == 7  # database 3, editor 2, deploy target 1, shell 1
+    assert {row[3]: row[6] for row in versions}["vim"] == "s-bob-0"  # its earliest sighting, the last in the batch
 
 
 FACT_COLUMNS = ("user_id, category, key, canonical_key, value, source, confidence, last_verified_at, "
