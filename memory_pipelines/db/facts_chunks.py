@@ -218,10 +218,20 @@ def chunk_pending_messages(conn: psycopg.Connection, states: Sequence[ChunkWindo
     return sessions_messages_after(conn, {s.session_id: s.watermark for s in states}, end)
 
 
+_CHUNK_LOAD_COLUMNS = ("user_id", "session_id", "start_seq", "end_seq", "started_at", "ended_at", "content",
+                       "content_hash", "breadcrumbs", "message_count", "summary_version", "partition_key", "run_id",
+                       "model", "prompt_version")
+
+
 def insert_chunks(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
-    """Chunks not stored yet (by session and content hash), in one batch; how many were new."""
+    """Chunks not stored yet (by session and content hash), in one batch loaded by `COPY`;
+    how many were new."""
     if not rows:
         return 0
-    with conn.cursor() as cur:
-        cur.executemany(query("insert_chunk"), rows)
-        return cur.rowcount
+    conn.execute(query("create_chunk_load"))
+    with conn.cursor().copy(query("copy_chunk_load")) as copy:
+        for position, row in enumerate(rows):
+            copy.write_row((position, *(row[c] for c in _CHUNK_LOAD_COLUMNS)))
+    written = conn.execute(query("insert_chunks_from_load")).rowcount
+    conn.execute(query("drop_chunk_load"))  # a second batch in the same transaction starts empty
+    return written

@@ -161,13 +161,30 @@ SELECT id FROM memory_facts
 WHERE user_id = %(user_id)s AND key = %(key)s AND (%(category)s::text IS NULL OR category = %(category)s)
   AND merged_into IS NULL;
 
--- name: insert_chunk
+-- name: create_chunk_load
+-- A day's new chunks arrive by COPY and are inserted by one statement.
+CREATE TEMP TABLE chunk_load (
+    ord integer, user_id text, session_id text, start_seq bigint, end_seq bigint, started_at timestamptz,
+    ended_at timestamptz, content text, content_hash text, breadcrumbs text[], message_count integer,
+    summary_version integer, partition_key text, run_id text, model text, prompt_version text
+) ON COMMIT DROP;
+
+-- name: copy_chunk_load
+COPY chunk_load (ord, user_id, session_id, start_seq, end_seq, started_at, ended_at, content, content_hash,
+                 breadcrumbs, message_count, summary_version, partition_key, run_id, model, prompt_version)
+FROM STDIN;
+
+-- name: insert_chunks_from_load
+-- In load order, so ids go as inserting one by one gives them (a content twice: the first stays).
 INSERT INTO memory_chunks (user_id, session_id, start_seq, end_seq, started_at, ended_at, content, content_hash,
     breadcrumbs, message_count, summary_version, partition_key, run_id, model, prompt_version)
-VALUES (%(user_id)s, %(session_id)s, %(start_seq)s, %(end_seq)s, %(started_at)s, %(ended_at)s, %(content)s,
-    %(content_hash)s, %(breadcrumbs)s, %(message_count)s, %(summary_version)s, %(partition_key)s, %(run_id)s,
-    %(model)s, %(prompt_version)s)
+SELECT user_id, session_id, start_seq, end_seq, started_at, ended_at, content, content_hash, breadcrumbs,
+       message_count, summary_version, partition_key, run_id, model, prompt_version
+FROM chunk_load ORDER BY ord
 ON CONFLICT (session_id, content_hash) DO NOTHING;
+
+-- name: drop_chunk_load
+DROP TABLE chunk_load;
 
 -- name: chunk_window_states
 -- Per session, as of the day's end: the last activity, the last seq out of the context window
