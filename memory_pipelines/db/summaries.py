@@ -131,26 +131,27 @@ def current_judgements(conn: psycopg.Connection, days: Sequence[tuple[str, str]]
     return {(session_id, key): fingerprint for session_id, key, fingerprint in rows}
 
 
-def replace_segments(conn: psycopg.Connection, judgement: SessionJudgement, partition_key: str, run_id: str,
+def replace_segments(conn: psycopg.Connection, judged_days: Sequence[tuple[str, SessionJudgement]], run_id: str,
                      judge: tuple[str, str, str]) -> None:
-    first = judgement.judged[0].segment
-    conn.execute(query("delete_session_day_segments"),
-                 {"session_id": first.session_id, "partition_key": partition_key})
-    rows = []
-    for judged in judgement.judged:
-        s, v = judged.segment, judged.verdict
-        rows.append({
-            "segment_id": s.segment_id, "session_id": s.session_id, "user_id": s.user_id,
-            "partition_key": partition_key, "start_seq": s.start_seq, "end_seq": s.end_seq,
-            "started_at": s.messages[0].ts, "ended_at": s.messages[-1].ts, "message_count": len(s.messages),
-            "chars": sum(len(m.content) for m in s.messages), "is_noise": v.noise, "noise_reason": v.reason,
-            "confidence": v.confidence, "dropped": judged.dropped, "judge_status": judged.status,
-            "judge_error": judged.error, **dict(zip(("judge_backend", "judge_model", "prompt_version"),
-                                                    EVIDENT_JUDGE if judged.evident else judge)),
-            "fingerprint": judgement.fingerprint, "run_id": run_id,
-        })
-    with conn.cursor() as cur:
-        cur.executemany(query("insert_segment"), rows)
+    """Each (partition key, judgement)'s session-day's segments replaced by its judgement's:
+    the pairs' stored segments deleted in one statement, the new ones loaded by `COPY`."""
+    if not judged_days:
+        return
+    conn.execute(query("delete_session_days_segments"), {
+        "session_ids": [j.judged[0].segment.session_id for _, j in judged_days],
+        "partition_keys": [key for key, _ in judged_days]})
+    conn.execute(query("create_segment_load"))
+    with conn.cursor().copy(query("copy_segment_load")) as copy:
+        for partition_key, judgement in judged_days:
+            for judged in judgement.judged:
+                s, v = judged.segment, judged.verdict
+                copy.write_row((
+                    s.segment_id, s.session_id, s.user_id, partition_key, s.start_seq, s.end_seq, s.messages[0].ts,
+                    s.messages[-1].ts, len(s.messages), sum(len(m.content) for m in s.messages), v.noise, v.reason,
+                    v.confidence, judged.dropped, judged.status, judged.error,
+                    *(EVIDENT_JUDGE if judged.evident else judge), judgement.fingerprint, run_id))
+    conn.execute(query("insert_segments_from_load"))
+    conn.execute(query("drop_segment_load"))  # a second batch in the same transaction starts empty
 
 
 # --- summaries ---------------------------------------------------------------------------

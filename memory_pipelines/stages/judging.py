@@ -14,7 +14,7 @@ from memory_pipelines.core.noise_filter import (
     MISSING_VERDICT, SessionJudgement, cut_segments, judge_session, judgement_fingerprint,
 )
 from memory_pipelines.db import summaries as summaries_db
-from memory_pipelines.llm.backends import ModelBackend
+from memory_pipelines.llm.backends import ModelBackend, ModelCall
 from memory_pipelines.llm.prompts import JUDGE_SEGMENTS
 from memory_pipelines.records import Message
 from memory_pipelines.stages.common import CallContext, Counts, StageFailure, StageReport
@@ -36,14 +36,22 @@ def segment_report() -> StageReport[SegmentCounts]:
     return StageReport(SegmentCounts(), calls_models=True)
 
 
-def store_judgement(conn: psycopg.Connection, partition_key: str, judgement: SessionJudgement,
-                    judge: ModelBackend, ctx: CallContext) -> StageReport[SegmentCounts]:
-    """Replace a session-day's segments with a judgement. Runs inside the caller's transaction."""
+def store_judgements(conn: psycopg.Connection, judged_days: Sequence[tuple[str, SessionJudgement]],
+                     judge: ModelBackend, ctx: CallContext) -> StageReport[SegmentCounts]:
+    """Replace each (partition key, judgement)'s session-day's segments with the judgement's,
+    all in one write. Runs inside the caller's transaction."""
+    summaries_db.replace_segments(conn, judged_days, ctx.run_id,
+                                  (judge.name, judge.model, judge.prompt_version(JUDGE_SEGMENTS)))
+    report = segment_report()
+    for partition_key, judgement in judged_days:
+        report.merge(_judgement_report(partition_key, judgement))
+    return report
+
+
+def _judgement_report(partition_key: str, judgement: SessionJudgement) -> StageReport[SegmentCounts]:
     report = segment_report()
     counts = report.counts
     session_id = judgement.judged[0].segment.session_id
-    summaries_db.replace_segments(conn, judgement, partition_key, ctx.run_id,
-                                  (judge.name, judge.model, judge.prompt_version(JUDGE_SEGMENTS)))
     for judged in judgement.judged:
         counts.segments_judged += 1
         counts.segments_evidently_kept += judged.evident
@@ -75,13 +83,17 @@ def ensure_judged(conn: psycopg.Connection, days: Sequence[tuple[str, str, Seque
     report = segment_report()
     cut = [(session_id, key, segments) for session_id, key, messages in days if (segments := cut_segments(messages))]
     current = summaries_db.current_judgements(conn, [(session_id, key) for session_id, key, _ in cut])
+    judged: list[tuple[str, SessionJudgement]] = []
+    calls: list[tuple[ModelCall, str, str]] = []
     for session_id, key, segments in cut:
         if current.get((session_id, key)) == judgement_fingerprint(segments, judge):
             report.counts.segments_unchanged += len(segments)
             continue
         judgement = judge_session(segments, judge)
-        report.merge(store_judgement(conn, key, judgement, judge, ctx))
+        judged.append((key, judgement))
         if judgement.call is not None:
-            ctx.record(conn, [judgement.call], key, session_id)
-            report.calls.append(judgement.call)
+            calls.append((judgement.call, key, session_id))
+    report.merge(store_judgements(conn, judged, judge, ctx))
+    ctx.record_all(conn, calls)
+    report.calls += [call for call, _, _ in calls]
     return report

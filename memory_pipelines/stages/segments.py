@@ -13,7 +13,7 @@ from memory_pipelines.records import Segment
 from memory_pipelines.stages.common import (
     COMMIT_SECONDS, Backends, CallContext, Slices, StageReport, Window, map_in_order,
 )
-from memory_pipelines.stages.judging import SegmentCounts, segment_report, store_judgement
+from memory_pipelines.stages.judging import SegmentCounts, segment_report, store_judgements
 
 ASSET = "conversation_segments"
 
@@ -57,9 +57,8 @@ def run(pool: ConnectionPool, window: Window, settings: Settings, backends: Back
                     ctx.record(conn, calls, key, batch[0][0].session_id if len(batch) == 1 else None)
                     # a concurrent run may have stored the same judgement while this one asked
                     stored = summaries_db.current_judgements(conn, [(session_id, key) for session_id in ids])
-                    with conn.pipeline():  # the writes wait on no answer: one round trip for the batch
-                        for session_id, judgement in zip(ids, judgements):
-                            if stored.get((session_id, key)) != judgement.fingerprint:
-                                report.merge(store_judgement(conn, key, judgement, judge, ctx))
+                    report.merge(store_judgements(conn, [
+                        (key, judgement) for session_id, judgement in zip(ids, judgements)
+                        if stored.get((session_id, key)) != judgement.fingerprint], judge, ctx))
             report.counts.sessions += len(by_session)
     return report

@@ -54,17 +54,39 @@ JOIN unnest(%(session_ids)s::text[], %(partition_keys)s::text[]) AS d (session_i
 GROUP BY c.session_id, c.partition_key
 HAVING bool_and(c.judge_status = 'ok') AND count(DISTINCT c.fingerprint) = 1;
 
--- name: delete_session_day_segments
-DELETE FROM conversation_segments WHERE session_id = %(session_id)s AND partition_key = %(partition_key)s;
+-- name: delete_session_days_segments
+-- The segments of these (session, partition key) pairs: those judged again.
+DELETE FROM conversation_segments c
+USING unnest(%(session_ids)s::text[], %(partition_keys)s::text[]) AS d(session_id, partition_key)
+WHERE c.session_id = d.session_id AND c.partition_key = d.partition_key;
 
--- name: insert_segment
+-- name: create_segment_load
+-- Judged segments arrive by COPY and are inserted by one statement (a statement per
+-- session-day cost the client more than the server's insert).
+CREATE TEMP TABLE segment_load (
+    segment_id text, session_id text, user_id text, partition_key text, start_seq bigint, end_seq bigint,
+    started_at timestamptz, ended_at timestamptz, message_count integer, chars integer, is_noise boolean,
+    noise_reason text, confidence real, dropped boolean, judge_status text, judge_error text, judge_backend text,
+    judge_model text, prompt_version text, fingerprint text, run_id text
+) ON COMMIT DROP;
+
+-- name: copy_segment_load
+COPY segment_load (segment_id, session_id, user_id, partition_key, start_seq, end_seq, started_at, ended_at,
+    message_count, chars, is_noise, noise_reason, confidence, dropped, judge_status, judge_error, judge_backend,
+    judge_model, prompt_version, fingerprint, run_id)
+FROM STDIN;
+
+-- name: insert_segments_from_load
 INSERT INTO conversation_segments (segment_id, session_id, user_id, partition_key, start_seq, end_seq, started_at,
     ended_at, message_count, chars, is_noise, noise_reason, confidence, dropped, judge_status, judge_error,
     judge_backend, judge_model, prompt_version, fingerprint, run_id)
-VALUES (%(segment_id)s, %(session_id)s, %(user_id)s, %(partition_key)s, %(start_seq)s, %(end_seq)s, %(started_at)s,
-    %(ended_at)s, %(message_count)s, %(chars)s, %(is_noise)s, %(noise_reason)s, %(confidence)s, %(dropped)s,
-    %(judge_status)s, %(judge_error)s, %(judge_backend)s, %(judge_model)s, %(prompt_version)s, %(fingerprint)s,
-    %(run_id)s);
+SELECT segment_id, session_id, user_id, partition_key, start_seq, end_seq, started_at, ended_at, message_count, chars,
+       is_noise, noise_reason, confidence, dropped, judge_status, judge_error, judge_backend, judge_model,
+       prompt_version, fingerprint, run_id
+FROM segment_load;
+
+-- name: drop_segment_load
+DROP TABLE segment_load;
 
 -- name: lock_sessions
 -- Serializes work on sessions across runs (released at the end of the transaction); several
