@@ -187,12 +187,22 @@ def discard_summary_versions(conn: psycopg.Connection, session_id: str, partitio
     conn.execute(query("drop_orphan_current_summary"), {"session_id": session_id})
 
 
-def insert_summary_version(conn: psycopg.Connection, version: SummaryVersion, run_id: str) -> None:
-    row = shallow_fields(version)
-    row.update(summary=Jsonb(version.summary.to_json()), trimmed=Jsonb(list(version.trimmed)), run_id=run_id,
-               memory_items=None if version.memory_items is None else Jsonb(version.memory_items))
-    conn.execute(query("insert_summary_version"), row)
-    conn.execute(query("refresh_current_summary"), {"session_id": version.session_id})
+def insert_summary_versions(conn: psycopg.Connection, versions: Sequence[SummaryVersion], run_id: str) -> None:
+    """Versions loaded by `COPY`, then their sessions' current summaries set to each one's latest."""
+    if not versions:
+        return
+    conn.execute(query("create_version_load"))
+    with conn.cursor().copy(query("copy_version_load")) as copy:
+        for v in versions:
+            copy.write_row((v.session_id, v.version, v.user_id, v.partition_key, v.step, v.step_count, v.kind,
+                            Jsonb(v.summary.to_json()), v.cursor_ts, v.cursor_seq, v.first_seq, v.last_seq,
+                            v.messages_in, Jsonb(list(v.trimmed)), v.backend, v.model, v.prompt_version,
+                            v.fingerprint, run_id, None if v.memory_items is None else Jsonb(v.memory_items),
+                            v.call_id))
+    conn.execute(query("insert_versions_from_load"))
+    conn.execute(query("drop_version_load"))  # a second batch in the same transaction starts empty
+    conn.execute(query("refresh_current_summaries"),
+                 {"session_ids": list(dict.fromkeys(v.session_id for v in versions))})
 
 
 @dataclass(frozen=True)

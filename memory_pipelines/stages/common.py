@@ -261,22 +261,27 @@ COMMIT_SECONDS = 0.5  # the most work a stopped run loses
 
 
 def commit_in_slices(conn: psycopg.Connection, items: Iterable[T], store: Callable[[T], None],
-                     seconds: float = COMMIT_SECONDS) -> None:
+                     flush: Callable[[], None] | None = None, seconds: float = COMMIT_SECONDS) -> None:
     """`store` each item, committing whenever `seconds` have passed since the last commit
     (the time taken to produce an item counts: it may be a model call). An item that takes
     longer, as a real model's call does, commits on its own, so a stopped run keeps what it
-    built; cheap items share a commit, and their writes one pipeline."""
+    built; cheap items share a commit, and their writes one pipeline. `flush` writes what
+    `store` held back, at the end of each slice, in its transaction (out of the pipeline: it
+    may `COPY`)."""
     pending = iter(items)
     done = False
     while not done:
-        with conn.transaction(), conn.pipeline():
-            deadline = monotonic() + seconds
-            done = True
-            for item in pending:
-                store(item)
-                if monotonic() >= deadline:
-                    done = False
-                    break
+        with conn.transaction():
+            with conn.pipeline():
+                deadline = monotonic() + seconds
+                done = True
+                for item in pending:
+                    store(item)
+                    if monotonic() >= deadline:
+                        done = False
+                        break
+            if flush is not None:
+                flush()
 
 
 class Slices:

@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db import summaries as summaries_db
 from memory_pipelines.db import transcripts as transcripts_db
+from memory_pipelines.llm.backends import ModelCall
 from memory_pipelines.records import Message, TimeWindow
 from memory_pipelines.stages.common import (
     BATCH_SESSIONS, COMMIT_SECONDS, Backends, CallContext, Counts, StageFailure, StageReport, Window,
@@ -22,7 +23,8 @@ from memory_pipelines.stages.common import (
 )
 from memory_pipelines.stages.judging import ensure_judged
 from memory_pipelines.core.summary_fold import (
-    SUMMARY_CHUNK_CHARS, Day, DiscardFrom, FoldPlan, FoldStopped, VersionBuilt, VersionsReused, fold_session,
+    SUMMARY_CHUNK_CHARS, Day, DiscardFrom, FoldPlan, FoldStopped, SummaryVersion, VersionBuilt, VersionsReused,
+    fold_session,
 )
 
 ASSET = "session_summaries"
@@ -125,19 +127,41 @@ def _fold_batch(pool: ConnectionPool, batch: Sequence[tuple[str, str]], window: 
 
         # a token budget counts the calls committed: with one set, each is committed as it comes
         budgeted = any(b.config.token_budget for b in (summarizer, decider))
-        commit_in_slices(conn, folds(), lambda made: _store_event(conn, *made, ctx, report),
-                         0.0 if budgeted else COMMIT_SECONDS)
+        built = _SliceWrites()
+        commit_in_slices(conn, folds(), lambda made: _store_event(conn, *made, built, report),
+                         lambda: built.write(conn, ctx), 0.0 if budgeted else COMMIT_SECONDS)
     return report
 
 
-def _store_event(conn: psycopg.Connection, session_id: str, event: object, ctx: CallContext,
+@dataclass
+class _SliceWrites:
+    """The versions and calls a slice's folds built, written as the slice ends: a statement
+    for all of them, not one per version (discarded versions go at once, before any version
+    of a later step of their session is built)."""
+    versions: list[SummaryVersion] = field(default_factory=list)
+    calls: list[tuple[ModelCall, str, str]] = field(default_factory=list)
+
+    def add(self, calls: Sequence[ModelCall], partition_key: str, session_id: str,
+            version: SummaryVersion | None = None) -> None:
+        self.calls += [(call, partition_key, session_id) for call in calls]
+        if version is not None:
+            self.versions.append(version)
+
+    def write(self, conn: psycopg.Connection, ctx: CallContext) -> None:
+        summaries_db.insert_summary_versions(conn, self.versions, ctx.run_id)
+        ctx.record_all(conn, self.calls)
+        self.versions.clear()
+        self.calls.clear()
+
+
+def _store_event(conn: psycopg.Connection, session_id: str, event: object, built: _SliceWrites,
                  report: StageReport[SummaryCounts]) -> None:
-    """Write what a session's fold yielded (inside the caller's transaction)."""
+    """Take what a session's fold yielded: versions and calls to write as the slice ends,
+    discards at once (inside the caller's transaction)."""
     counts = report.counts
     if isinstance(event, VersionBuilt):
         v = event.version
-        summaries_db.insert_summary_version(conn, v, ctx.run_id)
-        ctx.record(conn, event.calls, v.partition_key, session_id)
+        built.add(event.calls, v.partition_key, session_id, v)
         report.calls.extend(event.calls)
         counts.versions_built += 1
         counts.versions_by_kind[v.kind] += 1
@@ -150,7 +174,7 @@ def _store_event(conn: psycopg.Connection, session_id: str, event: object, ctx: 
         summaries_db.discard_summary_versions(conn, session_id, event.partition_key, event.step)
         counts.rebuilt_from_changed_day += 1
     elif isinstance(event, FoldStopped):
-        ctx.record(conn, event.calls, event.partition_key, session_id)
+        built.add(event.calls, event.partition_key, session_id)
         report.calls.extend(event.calls)
         report.failures.append(StageFailure(
             session_id, event.partition_key, f"chunk {event.step}: {event.reason}",

@@ -140,21 +140,42 @@ DELETE FROM session_summary_versions
 WHERE session_id = %(session_id)s
   AND (partition_key > %(partition_key)s OR (partition_key = %(partition_key)s AND step >= %(step)s));
 
--- name: insert_summary_version
+-- name: create_version_load
+-- A slice's built versions arrive by COPY and are inserted by one statement (a statement per
+-- version, and one refreshing its session's current summary, cost the client more than the
+-- server's inserts).
+CREATE TEMP TABLE version_load (
+    session_id text, version integer, user_id text, partition_key text, step integer, step_count integer, kind text,
+    summary jsonb, cursor_ts timestamptz, cursor_seq bigint, first_seq bigint, last_seq bigint, messages_in integer,
+    trimmed jsonb, backend text, model text, prompt_version text, fingerprint text, run_id text, memory_items jsonb,
+    call_id text
+) ON COMMIT DROP;
+
+-- name: copy_version_load
+COPY version_load (session_id, version, user_id, partition_key, step, step_count, kind, summary, cursor_ts,
+    cursor_seq, first_seq, last_seq, messages_in, trimmed, backend, model, prompt_version, fingerprint, run_id,
+    memory_items, call_id)
+FROM STDIN;
+
+-- name: insert_versions_from_load
 INSERT INTO session_summary_versions (session_id, version, user_id, partition_key, step, step_count, kind, summary,
     cursor_ts, cursor_seq, first_seq, last_seq, messages_in, trimmed, backend, model, prompt_version, fingerprint,
     run_id, memory_items, call_id)
-VALUES (%(session_id)s, %(version)s, %(user_id)s, %(partition_key)s, %(step)s, %(step_count)s, %(kind)s, %(summary)s,
-    %(cursor_ts)s, %(cursor_seq)s, %(first_seq)s, %(last_seq)s, %(messages_in)s, %(trimmed)s, %(backend)s, %(model)s,
-    %(prompt_version)s, %(fingerprint)s, %(run_id)s, %(memory_items)s, %(call_id)s);
+SELECT session_id, version, user_id, partition_key, step, step_count, kind, summary, cursor_ts, cursor_seq,
+       first_seq, last_seq, messages_in, trimmed, backend, model, prompt_version, fingerprint, run_id, memory_items,
+       call_id
+FROM version_load;
 
--- name: refresh_current_summary
--- session_summaries follows the latest version; unchanged rows are not written.
+-- name: drop_version_load
+DROP TABLE version_load;
+
+-- name: refresh_current_summaries
+-- session_summaries follows each session's latest version; unchanged rows are not written.
 INSERT INTO session_summaries AS s (session_id, user_id, summary, cursor_ts, cursor_seq, version, partition_key, run_id)
-SELECT session_id, user_id, summary, cursor_ts, cursor_seq, version, partition_key, run_id
-FROM session_summary_versions
-WHERE session_id = %(session_id)s
-ORDER BY version DESC LIMIT 1
+SELECT v.session_id, v.user_id, v.summary, v.cursor_ts, v.cursor_seq, v.version, v.partition_key, v.run_id
+FROM unnest(%(session_ids)s::text[]) AS u(session_id)
+CROSS JOIN LATERAL (SELECT * FROM session_summary_versions v WHERE v.session_id = u.session_id
+                    ORDER BY v.version DESC LIMIT 1) v
 ON CONFLICT (session_id) DO UPDATE
 SET user_id = EXCLUDED.user_id, summary = EXCLUDED.summary, cursor_ts = EXCLUDED.cursor_ts,
     cursor_seq = EXCLUDED.cursor_seq, version = EXCLUDED.version, partition_key = EXCLUDED.partition_key,

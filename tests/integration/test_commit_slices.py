@@ -38,6 +38,34 @@ def test_cheap_items_share_a_commit_a_slow_one_ends_it_and_an_error_loses_only_i
     assert len(set(stored.values())) == 1
 
 
+def test_writes_held_back_are_flushed_in_their_slice_and_lost_with_a_failed_one(database_url):
+    def items():
+        yield "a"
+        yield "b"
+        time.sleep(0.2)
+        yield "c"
+        yield "d"
+        raise Interrupted("the run stopped here")
+
+    held: list[str] = []
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE stored (item text PRIMARY KEY, xid bigint NOT NULL)")
+
+        def flush() -> None:
+            [(xid,)] = conn.execute("SELECT txid_current()").fetchall()
+            with conn.cursor().copy("COPY stored (item, xid) FROM STDIN") as copy:  # no COPY in a pipeline
+                for item in held:
+                    copy.write_row((item, xid))
+            held.clear()
+
+        with pytest.raises(Interrupted):
+            commit_in_slices(conn, items(), held.append, flush, seconds=0.1)
+        stored = dict(conn.execute("SELECT item, xid FROM stored").fetchall())
+
+    assert sorted(stored) == ["a", "b", "c"] and held == ["d"]
+    assert len(set(stored.values())) == 1
+
+
 def test_items_slower_than_the_slice_commit_one_by_one(database_url):
     def items():
         for item in "xyz":
