@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -122,17 +123,37 @@ def upsert_facts(conn: psycopg.Connection, observed: Sequence[tuple[str, FactCan
             for user_id, c, lineage in observed]
     # one question to the archive per user, then one per candidate only where decay took its key
     for archived, group in groupby(rows, key=lambda r: (r[1].category, r[1].key) in ever_archived.get(r[0], ())):
-        with conn.cursor() as cur:
-            if archived:
-                for user_id, c, row in group:
-                    restore_reobserved(conn, "archived_facts_reobserved", {
-                        "user_id": user_id, "category": c.category, "key": c.key, "observed_at": c.last_verified_at})
-                    cur.execute(query("upsert_fact"), row)
-            else:
-                cur.executemany(query("upsert_fact"), [row for _, _, row in group])
+        if archived:
+            for user_id, c, row in group:
+                restore_reobserved(conn, "archived_facts_reobserved", {
+                    "user_id": user_id, "category": c.category, "key": c.key, "observed_at": c.last_verified_at})
+                _upsert_fact_rows(conn, [row])
+        else:
+            _upsert_fact_rows(conn, [row for _, _, row in group])
     families = sorted({(user_id, c.canonical_key) for user_id, c, _ in rows})
     conn.execute(query("merge_fact_families"), {"user_ids": [u for u, _ in families],
                                                 "canonical_keys": [k for _, k in families]})
+
+
+_FACT_LOAD_COLUMNS = ("user_id", "category", "key", "canonical_key", "value", "source", "confidence",
+                      "last_verified_at", "source_context", "session_id", "seq_start", "seq_end", "partition_key",
+                      "run_id", "model", "prompt_version", "expires_at", "call_id")
+
+
+def _upsert_fact_rows(conn: psycopg.Connection, rows: Sequence[dict]) -> None:
+    """Upsert facts as if one by one, in order: loaded by `COPY`, then one statement per
+    round, round n holding each key's n-th row (the rows of one key apply in order; those of
+    different keys do not depend on each other)."""
+    occurrences: Counter[tuple[str, str, str]] = Counter()
+    conn.execute(query("create_fact_load"))
+    with conn.cursor().copy(query("copy_fact_load")) as copy:
+        for position, row in enumerate(rows):
+            key = (row["user_id"], row["category"], row["key"])
+            occurrences[key] += 1
+            copy.write_row((position, occurrences[key], *(row[c] for c in _FACT_LOAD_COLUMNS)))
+    for n in range(1, max(occurrences.values(), default=0) + 1):
+        conn.execute(query("upsert_facts_from_load"), {"round": n})
+    conn.execute(query("drop_fact_load"))  # a second batch in the same transaction starts empty
 
 
 def insert_fact_rejections(conn: psycopg.Connection, user_id: str, session_id: str, rejections: Sequence[Rejection],

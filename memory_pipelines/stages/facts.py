@@ -114,7 +114,7 @@ def _extract_batch(conn: psycopg.Connection, batch: Sequence[facts_chunks_db.Due
     messages = summaries_db.chunks_kept_messages(conn, [c for found in chunks.values() for c in found])
     archived_keys = lifecycle_db.archived_fact_keys(conn, [s.user_id for s in ready])
     extracted, observed = [], []
-    # nothing below waits on an answer (but a re-observed archived key): sent in one round trip
+    # the rejections wait on no answer: sent in one round trip
     with conn.pipeline():
         for session in ready:
             accepted_count = rejected_count = 0
@@ -138,8 +138,9 @@ def _extract_batch(conn: psycopg.Connection, batch: Sequence[facts_chunks_db.Due
             counts.facts_rejected += rejected_count
             report.users.add(session.user_id)
             report.sessions.add(session.session_id)
-        facts_chunks_db.upsert_facts(conn, observed, archived_keys)
-        facts_chunks_db.mark_sessions_extracted(conn, extracted, end, key, ctx.run_id)
+    # out of the pipeline: facts are loaded by COPY
+    facts_chunks_db.upsert_facts(conn, observed, archived_keys)
+    facts_chunks_db.mark_sessions_extracted(conn, extracted, end, key, ctx.run_id)
     return report
 
 

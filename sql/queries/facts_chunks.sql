@@ -57,15 +57,33 @@ SELECT coalesce(bool_and(taken), true) FROM (
     FROM unnest(%(user_ids)s::text[]) AS u(user_id)
 ) AS locks;
 
--- name: upsert_fact
+-- name: create_fact_load
+-- A batch's facts arrive by COPY and are upserted a round at a time (a statement may not
+-- update one row twice: round n holds each key's n-th observation of the batch, in order).
+CREATE TEMP TABLE fact_load (
+    ord integer, round integer, user_id text, category text, key text, canonical_key text, value text, source text,
+    confidence smallint, last_verified_at timestamptz, source_context text, session_id text, seq_start bigint,
+    seq_end bigint, partition_key text, run_id text, model text, prompt_version text, expires_at timestamptz,
+    call_id text
+) ON COMMIT DROP;
+
+-- name: copy_fact_load
+COPY fact_load (ord, round, user_id, category, key, canonical_key, value, source, confidence, last_verified_at,
+    source_context, session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version, expires_at, call_id)
+FROM STDIN;
+
+-- name: upsert_facts_from_load
 -- Event time wins: an observation older than the stored one changes nothing; an equal
 -- row is not rewritten, so re-running leaves the table as it was. A new value drops the
--- embedding of the old one, so the next embedding run embeds what search will match.
+-- embedding of the old one, so the next embedding run embeds what search will match. In
+-- load order, so new facts get their ids in the order they were first observed.
 INSERT INTO memory_facts AS f (user_id, category, key, canonical_key, value, source, confidence, last_verified_at,
     source_context, session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version, expires_at, call_id)
-VALUES (%(user_id)s, %(category)s, %(key)s, %(canonical_key)s, %(value)s, %(source)s, %(confidence)s,
-    %(last_verified_at)s, %(source_context)s, %(session_id)s, %(seq_start)s, %(seq_end)s, %(partition_key)s,
-    %(run_id)s, %(model)s, %(prompt_version)s, %(expires_at)s, %(call_id)s)
+SELECT user_id, category, key, canonical_key, value, source, confidence, last_verified_at, source_context,
+       session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version, expires_at, call_id
+FROM fact_load
+WHERE round = %(round)s
+ORDER BY ord
 ON CONFLICT (user_id, category, key) DO UPDATE
 SET value = EXCLUDED.value, source = EXCLUDED.source, confidence = EXCLUDED.confidence,
     last_verified_at = EXCLUDED.last_verified_at, source_context = EXCLUDED.source_context,
@@ -80,6 +98,9 @@ WHERE EXCLUDED.last_verified_at > f.last_verified_at
        AND (f.value, f.source, f.session_id, f.seq_start) IS DISTINCT FROM
            (EXCLUDED.value, EXCLUDED.source, EXCLUDED.session_id, EXCLUDED.seq_start)
        AND (EXCLUDED.session_id, EXCLUDED.seq_start, EXCLUDED.value) > (f.session_id, f.seq_start, f.value));
+
+-- name: drop_fact_load
+DROP TABLE fact_load;
 
 -- name: merge_fact_families
 -- Rows whose keys are spellings of one key form a family: the most recently seen one is
