@@ -32,7 +32,9 @@ from assets.run.runner import (
     run_shards,
 )
 from memory_pipelines.bench.database import fresh_database, reused_or_built
-from memory_pipelines.bench.distill import BackfillBench, DatabaseLoad, DistillBench, EmbedderRate, PurposeUsage
+from memory_pipelines.bench.distill import (
+    SAMPLE_SECONDS, BackfillBench, DatabaseLoad, DistillBench, EmbedderRate, PurposeUsage,
+)
 from memory_pipelines.bench.evidence_set import EvidenceSet, write_evidence_set
 from memory_pipelines.config import SPECS, Settings, child_environment
 from memory_pipelines.db import bench as bench_db
@@ -117,6 +119,14 @@ def _process_cpu() -> float:
     return times.user + times.system
 
 
+def _backend_cpu(backend: psutil.Process | None) -> float:
+    """A server backend's CPU seconds so far (0 when the server is elsewhere)."""
+    if backend is None:
+        return 0.0
+    times = backend.cpu_times()
+    return times.user + times.system
+
+
 def _machine_cpu() -> tuple[float, float]:
     """Every process's CPU seconds on this machine so far, and the seconds waiting on I/O."""
     times = psutil.cpu_times()
@@ -124,15 +134,17 @@ def _machine_cpu() -> tuple[float, float]:
 
 
 @contextmanager
-def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoad]]:
+def _database_load(url: str, interval: float = SAMPLE_SECONDS) -> Iterator[list[DatabaseLoad]]:
     """What the server did while inside: its client connections sampled every `interval`
     seconds, its counters and CPU read before and after (the one it holds, then, on success)."""
     loads: list[DatabaseLoad] = []
     doing: dict[str, dict[str, float]] = {}
     peaks = {"connections": 0, "active": 0}
     done = threading.Event()
+    sampler_cpu = [0.0]  # the sampling thread's own CPU
     with psycopg.connect(url, autocommit=True) as conn:
         server = _server_process(conn)
+        sampler_backend = psutil.Process(conn.info.backend_pid) if server is not None else None
 
         def sample() -> None:
             last = time.monotonic()
@@ -147,10 +159,11 @@ def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoa
                         events = doing.setdefault(r["kind"], {})
                         events[r["event"]] = events.get(r["event"], 0.0) + r["connections"] * (now - last)
                 last = now
+            sampler_cpu[0] = time.thread_time()
 
         before = bench_db.server_counters(conn)
         server_before, (machine_before, iowait_before) = _server_cpu_seconds(server), _machine_cpu()
-        process_before = _process_cpu()
+        process_before, backend_before = _process_cpu(), _backend_cpu(sampler_backend)
         started = time.monotonic()
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -161,15 +174,17 @@ def _database_load(url: str, interval: float = 0.2) -> Iterator[list[DatabaseLoa
             sampler.join()
         seconds = time.monotonic() - started
         server_after, (machine_after, iowait_after) = _server_cpu_seconds(server), _machine_cpu()
-        process_after = _process_cpu()
+        process_after, backend_after = _process_cpu(), _backend_cpu(sampler_backend)
         time.sleep(2)  # an idle backend reports its statistics within a second or so
         after = bench_db.server_counters(conn)
     change = {name: after[name] - before[name] for name in after}
+    sampler_server = backend_after - backend_before
     loads.append(DatabaseLoad(
         seconds=seconds, connections_peak=peaks["connections"], active_peak=peaks["active"], doing_seconds=doing,
-        server_cpu_seconds=None if server_before is None else server_after - server_before,
+        server_cpu_seconds=None if server_before is None else server_after - server_before - sampler_server,
         machine_cpu_seconds=machine_after - machine_before, machine_iowait_seconds=iowait_after - iowait_before,
-        process_cpu_seconds=process_after - process_before,
+        process_cpu_seconds=process_after - process_before - sampler_cpu[0],
+        sampler_cpu_seconds=sampler_cpu[0] + sampler_server,
         cores=psutil.cpu_count() or 1, **change))
 
 

@@ -20,10 +20,13 @@ class PurposeUsage:
     failed: int
 
 
+SAMPLE_SECONDS = 0.2  # how often the benchmark samples what the server's connections do
+
+
 @dataclass(frozen=True)
 class DatabaseLoad:
     """What the database server did while the runs ran: client backends sampled every
-    0.2 s, the server's counters read before and after (they include Dagster's storage,
+    SAMPLE_SECONDS, the server's counters read before and after (they include Dagster's storage,
     which lives in the same database)."""
 
     seconds: float
@@ -40,13 +43,17 @@ class DatabaseLoad:
     commits: int
     rollbacks: int
     deadlocks: int
-    server_cpu_seconds: float | None  # the server's processes' CPU; None when it runs elsewhere
+    # the server's processes' CPU, the sampler's backend aside; None when it runs elsewhere
+    server_cpu_seconds: float | None
     machine_cpu_seconds: float  # every process's CPU on this machine
-    # the benchmark process's CPU: the pipeline's Python with its threads and DuckDB's (with
-    # the dask executor, the workers' processes are not in it)
+    # the benchmark process's CPU, the sampling thread aside: the pipeline's Python with its
+    # threads and DuckDB's (with the dask executor, the workers' processes are not in it)
     process_cpu_seconds: float
     machine_iowait_seconds: float
     cores: int
+    # the sampling's own CPU (its thread and its backend), left out of the two above: the
+    # benchmark's instrument, not the pipeline or the database's work for it
+    sampler_cpu_seconds: float
 
     def waiting_seconds(self, kind: str) -> float:
         """Backend-seconds spent on one kind of wait (Lock, LWLock, IO, ...)."""
@@ -73,6 +80,8 @@ def database_markdown(load: DatabaseLoad, messages: int) -> list[str]:
              f"| {'not on this machine' if cpu is None else share(cpu)} |",
              f"| this process's CPU seconds (the pipeline) | {load.process_cpu_seconds:.1f} "
              f"| {per_k(load.process_cpu_seconds)} | {share(load.process_cpu_seconds)} |",
+             f"| the sampling's own CPU seconds (left out of the two above) | {load.sampler_cpu_seconds:.1f} | | "
+             f"its thread and its server backend, every {SAMPLE_SECONDS} s |",
              f"| machine CPU seconds (every process) | {load.machine_cpu_seconds:.1f} | {per_k(load.machine_cpu_seconds)} "
              f"| {share(load.machine_cpu_seconds)}; I/O wait {load.machine_iowait_seconds:.1f} s |",
              f"| WAL MB | {load.wal_bytes / 1_048_576:,.1f} | {per_k(load.wal_bytes / 1_048_576)} "
