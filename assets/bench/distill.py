@@ -184,7 +184,7 @@ def _database_load(url: str, interval: float = SAMPLE_SECONDS) -> Iterator[list[
         server_cpu_seconds=None if server_before is None else server_after - server_before - sampler_server,
         machine_cpu_seconds=machine_after - machine_before, machine_iowait_seconds=iowait_after - iowait_before,
         process_cpu_seconds=process_after - process_before - sampler_cpu[0],
-        sampler_cpu_seconds=sampler_cpu[0] + sampler_server,
+        sampler_process_cpu_seconds=sampler_cpu[0], sampler_server_cpu_seconds=sampler_server,
         cores=psutil.cpu_count() or 1, **change))
 
 

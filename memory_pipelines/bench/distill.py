@@ -51,9 +51,10 @@ class DatabaseLoad:
     process_cpu_seconds: float
     machine_iowait_seconds: float
     cores: int
-    # the sampling's own CPU (its thread and its backend), left out of the two above: the
-    # benchmark's instrument, not the pipeline or the database's work for it
-    sampler_cpu_seconds: float
+    # the sampling's own CPU, left out of the two above (the benchmark's instrument, not the
+    # pipeline or the database's work for it): its thread's, its server backend's
+    sampler_process_cpu_seconds: float
+    sampler_server_cpu_seconds: float
 
     def waiting_seconds(self, kind: str) -> float:
         """Backend-seconds spent on one kind of wait (Lock, LWLock, IO, ...)."""
@@ -80,8 +81,8 @@ def database_markdown(load: DatabaseLoad, messages: int) -> list[str]:
              f"| {'not on this machine' if cpu is None else share(cpu)} |",
              f"| this process's CPU seconds (the pipeline) | {load.process_cpu_seconds:.1f} "
              f"| {per_k(load.process_cpu_seconds)} | {share(load.process_cpu_seconds)} |",
-             f"| the sampling's own CPU seconds (left out of the two above) | {load.sampler_cpu_seconds:.1f} | | "
-             f"its thread and its server backend, every {SAMPLE_SECONDS} s |",
+             f"| the sampling's own CPU seconds (left out of the two above) | {load.sampler_process_cpu_seconds:.1f} "
+             f"+ {load.sampler_server_cpu_seconds:.1f} | | its thread + its server backend, every {SAMPLE_SECONDS} s |",
              f"| machine CPU seconds (every process) | {load.machine_cpu_seconds:.1f} | {per_k(load.machine_cpu_seconds)} "
              f"| {share(load.machine_cpu_seconds)}; I/O wait {load.machine_iowait_seconds:.1f} s |",
              f"| WAL MB | {load.wal_bytes / 1_048_576:,.1f} | {per_k(load.wal_bytes / 1_048_576)} "
