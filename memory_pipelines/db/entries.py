@@ -77,7 +77,6 @@ def _upsert_entries(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
     conn.execute(query("upsert_versions_from_load"))
     written = sum(conn.execute(query("upsert_entries_from_load"), {"round": n}).rowcount
                   for n in range(1, max(occurrences.values(), default=0) + 1))
-    conn.execute(query("drop_entry_load"))  # a second batch in the same transaction starts empty
     return written
 
 

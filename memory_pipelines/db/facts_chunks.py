@@ -153,7 +153,6 @@ def _upsert_fact_rows(conn: psycopg.Connection, rows: Sequence[dict]) -> None:
             copy.write_row((position, occurrences[key], *(row[c] for c in _FACT_LOAD_COLUMNS)))
     for n in range(1, max(occurrences.values(), default=0) + 1):
         conn.execute(query("upsert_facts_from_load"), {"round": n})
-    conn.execute(query("drop_fact_load"))  # a second batch in the same transaction starts empty
 
 
 def insert_fact_rejections(conn: psycopg.Connection, user_id: str, session_id: str, rejections: Sequence[Rejection],
@@ -254,5 +253,4 @@ def insert_chunks(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
         for position, row in enumerate(rows):
             copy.write_row((position, *(row[c] for c in _CHUNK_LOAD_COLUMNS)))
     written = conn.execute(query("insert_chunks_from_load")).rowcount
-    conn.execute(query("drop_chunk_load"))  # a second batch in the same transaction starts empty
     return written

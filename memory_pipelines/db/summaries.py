@@ -151,7 +151,6 @@ def replace_segments(conn: psycopg.Connection, judged_days: Sequence[tuple[str, 
                     v.confidence, judged.dropped, judged.status, judged.error,
                     *(EVIDENT_JUDGE if judged.evident else judge), judgement.fingerprint, run_id))
     conn.execute(query("insert_segments_from_load"))
-    conn.execute(query("drop_segment_load"))  # a second batch in the same transaction starts empty
 
 
 # --- summaries ---------------------------------------------------------------------------
@@ -200,7 +199,6 @@ def insert_summary_versions(conn: psycopg.Connection, versions: Sequence[Summary
                             v.fingerprint, run_id, None if v.memory_items is None else Jsonb(v.memory_items),
                             v.call_id))
     conn.execute(query("insert_versions_from_load"))
-    conn.execute(query("drop_version_load"))  # a second batch in the same transaction starts empty
     conn.execute(query("refresh_current_summaries"),
                  {"session_ids": list(dict.fromkeys(v.session_id for v in versions))})
 

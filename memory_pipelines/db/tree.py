@@ -86,7 +86,6 @@ def store_tree(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str
                                 n.started_at, n.ended_at, Jsonb([shallow_fields(s) for s in n.spans]), list(n.keys),
                                 n.summary, n.content_hash, n.model, n.source_hash))
         written = conn.execute(query("upsert_tree_from_load"), {"run_id": run_id}).rowcount
-        conn.execute(query("drop_tree_load"))  # a second batch in the same transaction starts empty
     # what was stored and is no longer built goes (read above, in this transaction)
     gone = stored.keys() - {(n.tree_key, n.node_key) for n in nodes}
     removed = conn.execute(query("delete_tree_nodes"), {

@@ -41,7 +41,6 @@ def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequ
             for row in changed:
                 copy.write_row(row)
         written = conn.execute(query("upsert_turns_from_load"), {"run_id": run_id}).rowcount
-        conn.execute(query("drop_turn_load"))  # a second batch in the same transaction starts empty
     # what was stored and is no longer built goes (read above, under the sessions' locks): no
     # statement sends every kept pair, and a batch with nothing gone sends none
     gone = stored.keys() - {(r.session_id, r.seq) for r in rows}

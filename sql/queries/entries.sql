@@ -22,14 +22,17 @@ SET observed_at = EXCLUDED.observed_at, session_id = EXCLUDED.session_id, seq_st
 WHERE EXCLUDED.observed_at < v.observed_at;  -- a version dates from its first observation
 
 -- name: create_entry_load
+-- Made once a connection, emptied by each commit and each batch (one round trip: no
+-- parameters): made and dropped per batch, its catalog writes cost a long backfill more than its rows.
 -- A batch's entries arrive by COPY and are upserted a round at a time (a statement may not
 -- update one row twice: round n holds each key's n-th observation of the batch, in order).
-CREATE TEMP TABLE entry_load (
+CREATE TEMP TABLE IF NOT EXISTS entry_load (
     ord integer, round integer, entry_key text, content_hash text, user_id text, kind text, title text, content text, tags text[],
     confidence real, importance real, scope text, scope_id text, consent_basis text, has_pii boolean,
     pii_kinds text[], observed_at timestamptz, valid_until timestamptz, session_id text, seq_start bigint,
     seq_end bigint, partition_key text, run_id text, model text, prompt_version text, call_id text
-) ON COMMIT DROP;
+) ON COMMIT DELETE ROWS;
+DELETE FROM entry_load;  -- a second batch in the same transaction starts empty
 
 -- name: copy_entry_load
 COPY entry_load (ord, round, entry_key, content_hash, user_id, kind, title, content, tags, confidence, importance, scope, scope_id,
@@ -53,9 +56,6 @@ SET observed_at = EXCLUDED.observed_at, session_id = EXCLUDED.session_id, seq_st
     seq_end = EXCLUDED.seq_end, partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id,
     call_id = EXCLUDED.call_id
 WHERE EXCLUDED.observed_at < v.observed_at;
-
--- name: drop_entry_load
-DROP TABLE entry_load;
 
 -- name: upsert_entries_from_load
 -- The same key again updates the entry in place when the observation is newer (event

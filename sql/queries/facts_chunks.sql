@@ -58,14 +58,17 @@ SELECT coalesce(bool_and(taken), true) FROM (
 ) AS locks;
 
 -- name: create_fact_load
+-- Made once a connection, emptied by each commit and each batch (one round trip: no
+-- parameters): made and dropped per batch, its catalog writes cost a long backfill more than its rows.
 -- A batch's facts arrive by COPY and are upserted a round at a time (a statement may not
 -- update one row twice: round n holds each key's n-th observation of the batch, in order).
-CREATE TEMP TABLE fact_load (
+CREATE TEMP TABLE IF NOT EXISTS fact_load (
     ord integer, round integer, user_id text, category text, key text, canonical_key text, value text, source text,
     confidence smallint, last_verified_at timestamptz, source_context text, session_id text, seq_start bigint,
     seq_end bigint, partition_key text, run_id text, model text, prompt_version text, expires_at timestamptz,
     call_id text
-) ON COMMIT DROP;
+) ON COMMIT DELETE ROWS;
+DELETE FROM fact_load;  -- a second batch in the same transaction starts empty
 
 -- name: copy_fact_load
 COPY fact_load (ord, round, user_id, category, key, canonical_key, value, source, confidence, last_verified_at,
@@ -98,9 +101,6 @@ WHERE EXCLUDED.last_verified_at > f.last_verified_at
        AND (f.value, f.source, f.session_id, f.seq_start) IS DISTINCT FROM
            (EXCLUDED.value, EXCLUDED.source, EXCLUDED.session_id, EXCLUDED.seq_start)
        AND (EXCLUDED.session_id, EXCLUDED.seq_start, EXCLUDED.value) > (f.session_id, f.seq_start, f.value));
-
--- name: drop_fact_load
-DROP TABLE fact_load;
 
 -- name: merge_fact_families
 -- Rows whose keys are spellings of one key form a family: the most recently seen one is
@@ -183,12 +183,15 @@ WHERE user_id = %(user_id)s AND key = %(key)s AND (%(category)s::text IS NULL OR
   AND merged_into IS NULL;
 
 -- name: create_chunk_load
+-- Made once a connection, emptied by each commit and each batch (one round trip: no
+-- parameters): made and dropped per batch, its catalog writes cost a long backfill more than its rows.
 -- A day's new chunks arrive by COPY and are inserted by one statement.
-CREATE TEMP TABLE chunk_load (
+CREATE TEMP TABLE IF NOT EXISTS chunk_load (
     ord integer, user_id text, session_id text, start_seq bigint, end_seq bigint, started_at timestamptz,
     ended_at timestamptz, content text, content_hash text, breadcrumbs text[], message_count integer,
     summary_version integer, partition_key text, run_id text, model text, prompt_version text
-) ON COMMIT DROP;
+) ON COMMIT DELETE ROWS;
+DELETE FROM chunk_load;  -- a second batch in the same transaction starts empty
 
 -- name: copy_chunk_load
 COPY chunk_load (ord, user_id, session_id, start_seq, end_seq, started_at, ended_at, content, content_hash,
@@ -203,9 +206,6 @@ SELECT user_id, session_id, start_seq, end_seq, started_at, ended_at, content, c
        message_count, summary_version, partition_key, run_id, model, prompt_version
 FROM chunk_load ORDER BY ord
 ON CONFLICT (session_id, content_hash) DO NOTHING;
-
--- name: drop_chunk_load
-DROP TABLE chunk_load;
 
 -- name: chunk_window_states
 -- Per session, as of the day's end: the last activity, the last seq out of the context window

@@ -61,14 +61,17 @@ USING unnest(%(session_ids)s::text[], %(partition_keys)s::text[]) AS d(session_i
 WHERE c.session_id = d.session_id AND c.partition_key = d.partition_key;
 
 -- name: create_segment_load
+-- Made once a connection, emptied by each commit and each batch (one round trip: no
+-- parameters): made and dropped per batch, its catalog writes cost a long backfill more than its rows.
 -- Judged segments arrive by COPY and are inserted by one statement (a statement per
 -- session-day cost the client more than the server's insert).
-CREATE TEMP TABLE segment_load (
+CREATE TEMP TABLE IF NOT EXISTS segment_load (
     segment_id text, session_id text, user_id text, partition_key text, start_seq bigint, end_seq bigint,
     started_at timestamptz, ended_at timestamptz, message_count integer, chars integer, is_noise boolean,
     noise_reason text, confidence real, dropped boolean, judge_status text, judge_error text, judge_backend text,
     judge_model text, prompt_version text, fingerprint text, run_id text
-) ON COMMIT DROP;
+) ON COMMIT DELETE ROWS;
+DELETE FROM segment_load;  -- a second batch in the same transaction starts empty
 
 -- name: copy_segment_load
 COPY segment_load (segment_id, session_id, user_id, partition_key, start_seq, end_seq, started_at, ended_at,
@@ -84,9 +87,6 @@ SELECT segment_id, session_id, user_id, partition_key, start_seq, end_seq, start
        is_noise, noise_reason, confidence, dropped, judge_status, judge_error, judge_backend, judge_model,
        prompt_version, fingerprint, run_id
 FROM segment_load;
-
--- name: drop_segment_load
-DROP TABLE segment_load;
 
 -- name: lock_sessions
 -- Serializes work on sessions across runs (released at the end of the transaction); several
@@ -141,15 +141,18 @@ WHERE session_id = %(session_id)s
   AND (partition_key > %(partition_key)s OR (partition_key = %(partition_key)s AND step >= %(step)s));
 
 -- name: create_version_load
+-- Made once a connection, emptied by each commit and each batch (one round trip: no
+-- parameters): made and dropped per batch, its catalog writes cost a long backfill more than its rows.
 -- A slice's built versions arrive by COPY and are inserted by one statement (a statement per
 -- version, and one refreshing its session's current summary, cost the client more than the
 -- server's inserts).
-CREATE TEMP TABLE version_load (
+CREATE TEMP TABLE IF NOT EXISTS version_load (
     session_id text, version integer, user_id text, partition_key text, step integer, step_count integer, kind text,
     summary jsonb, cursor_ts timestamptz, cursor_seq bigint, first_seq bigint, last_seq bigint, messages_in integer,
     trimmed jsonb, backend text, model text, prompt_version text, fingerprint text, run_id text, memory_items jsonb,
     call_id text
-) ON COMMIT DROP;
+) ON COMMIT DELETE ROWS;
+DELETE FROM version_load;  -- a second batch in the same transaction starts empty
 
 -- name: copy_version_load
 COPY version_load (session_id, version, user_id, partition_key, step, step_count, kind, summary, cursor_ts,
@@ -165,9 +168,6 @@ SELECT session_id, version, user_id, partition_key, step, step_count, kind, summ
        first_seq, last_seq, messages_in, trimmed, backend, model, prompt_version, fingerprint, run_id, memory_items,
        call_id
 FROM version_load;
-
--- name: drop_version_load
-DROP TABLE version_load;
 
 -- name: refresh_current_summaries
 -- session_summaries follows each session's latest version; unchanged rows are not written.

@@ -19,13 +19,16 @@ SELECT tree_key, node_key, content_hash FROM memory_tree
 WHERE tree_kind = %(tree_kind)s AND tree_key = ANY(%(tree_keys)s);
 
 -- name: create_tree_load
+-- Made once a connection, emptied by each commit and each batch (one round trip: no
+-- parameters): made and dropped per batch, its catalog writes cost a long backfill more than its rows.
 -- A batch's changed nodes arrive by COPY and are upserted by one statement (a statement per
 -- node cost the client more than the server's upsert).
-CREATE TEMP TABLE tree_load (
+CREATE TEMP TABLE IF NOT EXISTS tree_load (
     user_id text, tree_kind text, tree_key text, node_key text, level integer, parent_key text, position integer,
     started_at timestamptz, ended_at timestamptz, spans jsonb, keys text[], summary text, content_hash text,
     model text, source_hash text
-) ON COMMIT DROP;
+) ON COMMIT DELETE ROWS;
+DELETE FROM tree_load;  -- a second batch in the same transaction starts empty
 
 -- name: copy_tree_load
 COPY tree_load (user_id, tree_kind, tree_key, node_key, level, parent_key, position, started_at, ended_at, spans,
@@ -46,9 +49,6 @@ SET user_id = EXCLUDED.user_id, level = EXCLUDED.level, parent_key = EXCLUDED.pa
     model = EXCLUDED.model, source_hash = EXCLUDED.source_hash, partition_key = EXCLUDED.partition_key,
     run_id = EXCLUDED.run_id
 WHERE t.content_hash <> EXCLUDED.content_hash;
-
--- name: drop_tree_load
-DROP TABLE tree_load;
 
 -- name: delete_tree_nodes
 -- The nodes at these (tree, node) pairs of one kind of tree: stored ones their trees no longer have.

@@ -26,12 +26,15 @@ ORDER BY session_id, k;
 SELECT session_id, seq, content_hash, window_hash FROM memory_turns WHERE session_id = ANY(%(session_ids)s);
 
 -- name: create_turn_load
+-- Made once a connection, emptied by each commit and each batch (one round trip: no
+-- parameters): made and dropped per batch, its catalog writes cost a long backfill more than its rows.
 -- A batch's changed turns arrive by COPY and are upserted by one statement (a statement per
 -- turn cost more than computing their lexemes). Migration 0015 names it by its old name, upsert_turn.
-CREATE TEMP TABLE turn_load (
+CREATE TEMP TABLE IF NOT EXISTS turn_load (
     session_id text, seq bigint, user_id text, pos integer, role text, ts timestamptz, language text, body text,
     keys text[], content_hash text, window_hash text
-) ON COMMIT DROP;
+) ON COMMIT DELETE ROWS;
+DELETE FROM turn_load;  -- a second batch in the same transaction starts empty
 
 -- name: copy_turn_load
 COPY turn_load (session_id, seq, user_id, pos, role, ts, language, body, keys, content_hash, window_hash)
@@ -54,9 +57,6 @@ SET user_id = EXCLUDED.user_id, pos = EXCLUDED.pos, role = EXCLUDED.role, ts = E
     embedding_model = CASE WHEN t.window_hash = EXCLUDED.window_hash THEN t.embedding_model END,
     partition_key = EXCLUDED.partition_key, run_id = EXCLUDED.run_id
 WHERE t.content_hash <> EXCLUDED.content_hash OR t.window_hash <> EXCLUDED.window_hash;
-
--- name: drop_turn_load
-DROP TABLE turn_load;
 
 -- name: delete_turns
 -- The turns at these (session, seq) pairs: stored ones their sessions no longer have.
