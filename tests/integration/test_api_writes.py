@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -153,6 +154,10 @@ def test_workers_serve_from_several_processes_and_stop_together(make_sample_data
     key = keys_cli(env, "create", "--user", "bob").stdout.strip()
     server = start_server(["http", "--port", str(free_port()), "--workers", "2"], env, tmp_path / "server.log")
     try:
+        # the first worker answers while the second may still be importing on a busy machine
+        deadline = time.monotonic() + 120
+        while server.output().count("Started server process") < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
             with ThreadPoolExecutor(8) as pool:
                 answers = list(pool.map(lambda i: client.get("/v1/search", params={"q": f"ledger port {i}"}),
