@@ -45,7 +45,7 @@ def test_bench_distill_measures_every_stage_offline(database_url, tmp_path):
     assert 0 < load.process_cpu_seconds < load.machine_cpu_seconds
     # the sampling's own CPU is the benchmark's, left out of both
     assert 0 < load.sampler_process_cpu_seconds < load.process_cpu_seconds
-    assert 0 < load.sampler_server_cpu_seconds < load.server_cpu_seconds
+    assert 0 <= load.sampler_server_cpu_seconds < load.server_cpu_seconds  # ticks of 10 ms: a tiny run may read 0
     assert result.process_to_server_cpu == load.process_cpu_seconds / load.server_cpu_seconds
     assert load.waiting_seconds("Lock") == sum(load.doing_seconds.get("Lock", {}).values())
     # the embedder alone on every text the run embedded (issue 41)
