@@ -113,17 +113,11 @@ def _server_cpu_seconds(postmaster: psutil.Process | None) -> float | None:
     return total
 
 
-def _process_cpu() -> float:
-    """This process's CPU seconds so far, every thread's."""
-    times = psutil.Process().cpu_times()
-    return times.user + times.system
-
-
-def _backend_cpu(backend: psutil.Process | None) -> float:
-    """A server backend's CPU seconds so far (0 when the server is elsewhere)."""
-    if backend is None:
+def _cpu_seconds(process: psutil.Process | None) -> float:
+    """A process's CPU seconds so far, every thread's (0 for none: a server elsewhere)."""
+    if process is None:
         return 0.0
-    times = backend.cpu_times()
+    times = process.cpu_times()
     return times.user + times.system
 
 
@@ -163,7 +157,7 @@ def _database_load(url: str, interval: float = SAMPLE_SECONDS) -> Iterator[list[
 
         before = bench_db.server_counters(conn)
         server_before, (machine_before, iowait_before) = _server_cpu_seconds(server), _machine_cpu()
-        process_before, backend_before = _process_cpu(), _backend_cpu(sampler_backend)
+        process_before, backend_before = _cpu_seconds(psutil.Process()), _cpu_seconds(sampler_backend)
         started = time.monotonic()
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -174,7 +168,7 @@ def _database_load(url: str, interval: float = SAMPLE_SECONDS) -> Iterator[list[
             sampler.join()
         seconds = time.monotonic() - started
         server_after, (machine_after, iowait_after) = _server_cpu_seconds(server), _machine_cpu()
-        process_after, backend_after = _process_cpu(), _backend_cpu(sampler_backend)
+        process_after, backend_after = _cpu_seconds(psutil.Process()), _cpu_seconds(sampler_backend)
         time.sleep(2)  # an idle backend reports its statistics within a second or so
         after = bench_db.server_counters(conn)
     change = {name: after[name] - before[name] for name in after}

@@ -13,7 +13,7 @@ from psycopg.rows import dict_row
 from memory_pipelines.core.knowledge_entries import FUNCTIONAL_RELATIONS, EntryCandidate, RelationCandidate
 from memory_pipelines.db.lifecycle import archive_rows, restore_archived, restore_reobserved
 from memory_pipelines.db.queries import query
-from memory_pipelines.db.rows import NO_CALL, grouped
+from memory_pipelines.db.rows import NO_CALL, grouped, in_rounds, load_rows
 from memory_pipelines.records import Summary, TimeWindow, shallow_fields
 from memory_pipelines.shards import Shard
 
@@ -67,16 +67,13 @@ def _upsert_entries(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
     twice ends with the count of both either way), then the entries one statement per round,
     round n holding each key's n-th row (the rows of one key apply in order; those of
     different keys do not depend on each other). Returns the entries inserted or changed."""
-    occurrences: Counter[str] = Counter()
-    conn.execute(query("create_entry_load"))
-    with conn.cursor().copy(query("copy_entry_load")) as copy:
-        for position, row in enumerate(rows):
-            occurrences[row["entry_key"]] += 1
-            copy.write_row((position, occurrences[row["entry_key"]], row["entry_key"], row["content_hash"],
-                            *(row[c] for c in _ENTRY_LOAD_COLUMNS)))
+    rounds: Counter = Counter()
+    keyed = ((row["entry_key"], [row["entry_key"], row["content_hash"], *(row[c] for c in _ENTRY_LOAD_COLUMNS)])
+             for row in rows)
+    load_rows(conn, "create_entry_load", "copy_entry_load", in_rounds(keyed, rounds))
     conn.execute(query("upsert_versions_from_load"))
     written = sum(conn.execute(query("upsert_entries_from_load"), {"round": n}).rowcount
-                  for n in range(1, max(occurrences.values(), default=0) + 1))
+                  for n in range(1, max(rounds.values(), default=0) + 1))
     return written
 
 

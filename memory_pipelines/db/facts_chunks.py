@@ -15,7 +15,7 @@ from psycopg.types.json import Jsonb
 from memory_pipelines.core.fact_extraction import FactCandidate, Rejection
 from memory_pipelines.db.lifecycle import archived_fact_keys, restore_reobserved
 from memory_pipelines.db.queries import query
-from memory_pipelines.db.rows import NO_CALL, by_session, grouped, message_rows
+from memory_pipelines.db.rows import NO_CALL, by_session, grouped, in_rounds, load_rows, message_rows
 from memory_pipelines.db.summaries import sessions_messages_after
 from memory_pipelines.records import Message, shallow_fields
 from memory_pipelines.shards import ALL_USERS, Shard
@@ -141,17 +141,11 @@ _FACT_LOAD_COLUMNS = ("user_id", "category", "key", "canonical_key", "value", "s
 
 
 def _upsert_fact_rows(conn: psycopg.Connection, rows: Sequence[dict]) -> None:
-    """Upsert facts as if one by one, in order: loaded by `COPY`, then one statement per
-    round, round n holding each key's n-th row (the rows of one key apply in order; those of
-    different keys do not depend on each other)."""
-    occurrences: Counter[tuple[str, str, str]] = Counter()
-    conn.execute(query("create_fact_load"))
-    with conn.cursor().copy(query("copy_fact_load")) as copy:
-        for position, row in enumerate(rows):
-            key = (row["user_id"], row["category"], row["key"])
-            occurrences[key] += 1
-            copy.write_row((position, occurrences[key], *(row[c] for c in _FACT_LOAD_COLUMNS)))
-    for n in range(1, max(occurrences.values(), default=0) + 1):
+    """Upsert facts as if one by one, in order: loaded by `COPY`, then a statement per round."""
+    rounds: Counter = Counter()
+    keyed = (((row["user_id"], row["category"], row["key"]), [row[c] for c in _FACT_LOAD_COLUMNS]) for row in rows)
+    load_rows(conn, "create_fact_load", "copy_fact_load", in_rounds(keyed, rounds))
+    for n in range(1, max(rounds.values(), default=0) + 1):
         conn.execute(query("upsert_facts_from_load"), {"round": n})
 
 
@@ -248,9 +242,6 @@ def insert_chunks(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
     how many were new."""
     if not rows:
         return 0
-    conn.execute(query("create_chunk_load"))
-    with conn.cursor().copy(query("copy_chunk_load")) as copy:
-        for position, row in enumerate(rows):
-            copy.write_row((position, *(row[c] for c in _CHUNK_LOAD_COLUMNS)))
-    written = conn.execute(query("insert_chunks_from_load")).rowcount
-    return written
+    load_rows(conn, "create_chunk_load", "copy_chunk_load",
+              ((position, *(row[c] for c in _CHUNK_LOAD_COLUMNS)) for position, row in enumerate(rows)))
+    return conn.execute(query("insert_chunks_from_load")).rowcount

@@ -3,7 +3,8 @@ lineage of rows no model call wrote."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import fields
 from itertools import groupby
 
@@ -52,3 +53,21 @@ def grouped(rows: Iterable[Sequence]) -> dict:
     for key, value in rows:
         grouped.setdefault(key, []).append(value)
     return grouped
+
+
+def load_rows(conn: psycopg.Connection, create: str, copy: str, rows: Iterable[Sequence]) -> None:
+    """`rows` into a connection's temp load table by `COPY` (the named queries `create`, which
+    makes it or empties it, and `copy`), for one statement to write them."""
+    conn.execute(query(create))
+    with conn.cursor().copy(query(copy)) as copying:
+        for row in rows:
+            copying.write_row(row)
+
+
+def in_rounds(keyed: Iterable[tuple[Hashable, Sequence]], rounds: Counter) -> Iterator[tuple]:
+    """Each (key, row) as (position, round, *row), round n holding each key's n-th row: an
+    upsert a round at a time applies the rows of one key in order (a statement may not update
+    one row twice). `rounds` counts each key's rows; its largest count is the rounds needed."""
+    for position, (key, row) in enumerate(keyed):
+        rounds[key] += 1
+        yield (position, rounds[key], *row)

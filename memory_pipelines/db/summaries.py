@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 from memory_pipelines.core.noise_filter import SessionJudgement
 from memory_pipelines.core.summary_fold import StoredVersion, SummaryState, SummaryVersion
 from memory_pipelines.db.queries import query
-from memory_pipelines.db.rows import by_session, grouped, message_rows
+from memory_pipelines.db.rows import by_session, grouped, load_rows, message_rows
 from memory_pipelines.llm.backends import ModelCall
 from memory_pipelines.records import Message, Summary, TimeWindow, shallow_fields
 from memory_pipelines.shards import ALL_USERS, Shard
@@ -140,16 +140,12 @@ def replace_segments(conn: psycopg.Connection, judged_days: Sequence[tuple[str, 
     conn.execute(query("delete_session_days_segments"), {
         "session_ids": [j.judged[0].segment.session_id for _, j in judged_days],
         "partition_keys": [key for key, _ in judged_days]})
-    conn.execute(query("create_segment_load"))
-    with conn.cursor().copy(query("copy_segment_load")) as copy:
-        for partition_key, judgement in judged_days:
-            for judged in judgement.judged:
-                s, v = judged.segment, judged.verdict
-                copy.write_row((
-                    s.segment_id, s.session_id, s.user_id, partition_key, s.start_seq, s.end_seq, s.messages[0].ts,
-                    s.messages[-1].ts, len(s.messages), sum(len(m.content) for m in s.messages), v.noise, v.reason,
-                    v.confidence, judged.dropped, judged.status, judged.error,
-                    *(EVIDENT_JUDGE if judged.evident else judge), judgement.fingerprint, run_id))
+    load_rows(conn, "create_segment_load", "copy_segment_load", (
+        (j.segment.segment_id, j.segment.session_id, j.segment.user_id, partition_key, j.segment.start_seq,
+         j.segment.end_seq, j.segment.messages[0].ts, j.segment.messages[-1].ts, len(j.segment.messages),
+         sum(len(m.content) for m in j.segment.messages), j.verdict.noise, j.verdict.reason, j.verdict.confidence,
+         j.dropped, j.status, j.error, *(EVIDENT_JUDGE if j.evident else judge), judgement.fingerprint, run_id)
+        for partition_key, judgement in judged_days for j in judgement.judged))
     conn.execute(query("insert_segments_from_load"))
 
 
@@ -190,14 +186,11 @@ def insert_summary_versions(conn: psycopg.Connection, versions: Sequence[Summary
     """Versions loaded by `COPY`, then their sessions' current summaries set to each one's latest."""
     if not versions:
         return
-    conn.execute(query("create_version_load"))
-    with conn.cursor().copy(query("copy_version_load")) as copy:
-        for v in versions:
-            copy.write_row((v.session_id, v.version, v.user_id, v.partition_key, v.step, v.step_count, v.kind,
-                            Jsonb(v.summary.to_json()), v.cursor_ts, v.cursor_seq, v.first_seq, v.last_seq,
-                            v.messages_in, Jsonb(list(v.trimmed)), v.backend, v.model, v.prompt_version,
-                            v.fingerprint, run_id, None if v.memory_items is None else Jsonb(v.memory_items),
-                            v.call_id))
+    load_rows(conn, "create_version_load", "copy_version_load", (
+        (v.session_id, v.version, v.user_id, v.partition_key, v.step, v.step_count, v.kind, Jsonb(v.summary.to_json()),
+         v.cursor_ts, v.cursor_seq, v.first_seq, v.last_seq, v.messages_in, Jsonb(list(v.trimmed)), v.backend,
+         v.model, v.prompt_version, v.fingerprint, run_id, None if v.memory_items is None else Jsonb(v.memory_items),
+         v.call_id) for v in versions))
     conn.execute(query("insert_versions_from_load"))
     conn.execute(query("refresh_current_summaries"),
                  {"session_ids": list(dict.fromkeys(v.session_id for v in versions))})

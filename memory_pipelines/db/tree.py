@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 from memory_pipelines.core.chunk_packing import Chunk
 from memory_pipelines.core.temporal_tree import EntityItem, Span, TreeNode
 from memory_pipelines.db.queries import query
+from memory_pipelines.db.rows import load_rows
 from memory_pipelines.records import shallow_fields
 from memory_pipelines.shards import Shard
 
@@ -79,12 +80,10 @@ def store_tree(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str
     changed = {(n.tree_key, n.node_key): n for n in nodes if stored.get((n.tree_key, n.node_key)) != n.content_hash}
     written = 0
     if changed:
-        conn.execute(query("create_tree_load"))
-        with conn.cursor().copy(query("copy_tree_load")) as copy:
-            for n in changed.values():
-                copy.write_row((n.user_id, n.tree_kind, n.tree_key, n.node_key, n.level, n.parent_key, n.position,
-                                n.started_at, n.ended_at, Jsonb([shallow_fields(s) for s in n.spans]), list(n.keys),
-                                n.summary, n.content_hash, n.model, n.source_hash))
+        load_rows(conn, "create_tree_load", "copy_tree_load", (
+            (n.user_id, n.tree_kind, n.tree_key, n.node_key, n.level, n.parent_key, n.position, n.started_at,
+             n.ended_at, Jsonb([shallow_fields(s) for s in n.spans]), list(n.keys), n.summary, n.content_hash,
+             n.model, n.source_hash) for n in changed.values()))
         written = conn.execute(query("upsert_tree_from_load"), {"run_id": run_id}).rowcount
     # what was stored and is no longer built goes (read above, in this transaction)
     gone = stored.keys() - {(n.tree_key, n.node_key) for n in nodes}

@@ -10,7 +10,7 @@ from psycopg.rows import dict_row
 
 from memory_pipelines.core.turn_index import Citation, TurnCandidate
 from memory_pipelines.db.queries import query
-from memory_pipelines.db.rows import grouped
+from memory_pipelines.db.rows import grouped, load_rows
 from memory_pipelines.records import TurnRow
 from memory_pipelines.shards import Shard
 
@@ -36,10 +36,7 @@ def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequ
                             content_hash, r.window_hash))
     written = 0
     if changed:
-        conn.execute(query("create_turn_load"))
-        with conn.cursor().copy(query("copy_turn_load")) as copy:
-            for row in changed:
-                copy.write_row(row)
+        load_rows(conn, "create_turn_load", "copy_turn_load", changed)
         written = conn.execute(query("upsert_turns_from_load"), {"run_id": run_id}).rowcount
     # what was stored and is no longer built goes (read above, under the sessions' locks): no
     # statement sends every kept pair, and a batch with nothing gone sends none
