@@ -4,6 +4,11 @@ writes only the nodes that changed."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from memory_pipelines.core.temporal_tree import TreeNode
+from memory_pipelines.db import tree as tree_db
 from memory_pipelines.db.connection import get_pool
 from memory_pipelines.stages import tree
 from tests.stages.chain import SAMPLE_DAYS, rows, run_stage, run_upstream, scalar, table_contents, write_session
@@ -107,3 +112,15 @@ def test_the_samples_trees_are_stored_as_counted(pool, database_url):
     again = run_stage(pool, "memory_tree", SAMPLE_DAYS, run_id="again")
     assert counted(again) == (counts.session_trees, counts.scene_trees, counts.entity_trees, 0, 0)
     assert table_contents(database_url) == before
+
+
+def test_a_node_built_twice_in_a_batch_is_stored_once_as_its_last(pool, database_url):
+    at = datetime(2026, 10, 1, 9, tzinfo=UTC)
+    first = TreeNode("ann", "entity", "ann:postgres", "fact:db/engine", 0, None, 0, at, at, (), ("postgres",),
+                     "uses Postgres 16")
+    last = replace(first, summary="uses Postgres 17")
+    with pool.connection() as conn, conn.transaction():
+        written, removed = tree_db.store_tree(conn, "entity", ["ann:postgres"], [first, last], "r")
+    assert (written, removed) == (1, 0)
+    assert rows(database_url, "SELECT node_key, summary FROM memory_tree WHERE tree_key = 'ann:postgres'") == [
+        ("fact:db/engine", "uses Postgres 17")]
