@@ -76,7 +76,9 @@ class TimeWindow:
             raise ValueError(f"empty window: {self.start} .. {self.end}")
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: a frozen dataclass sets each field through object.__setattr__, eight times the
+# cost of its __init__, and a run builds every message once per stage that reads it
+@dataclass(slots=True)
 class Message:
     session_id: str
     seq: int
