@@ -191,20 +191,23 @@ class HashingEmbedder(Embedder):
 
     def _embed_batch(self, texts):
         dimension = self._dimension
-        buckets: list[int] = []
-        weights: list[float] = []
-        features_per_text: list[int] = []
+        bucket_parts: list[bytes] = []
+        weight_parts: list[bytes] = []
+        bytes_per_text: list[int] = []
         for text in texts:
-            before = len(buckets)
+            size = 0
             for word in self._WORD.findall(unicodedata.normalize("NFKC", text).casefold()):
                 word_buckets, word_weights = _word_features(word, dimension)
-                buckets += word_buckets
-                weights += word_weights
-            features_per_text.append(len(buckets) - before)
+                bucket_parts.append(word_buckets)
+                weight_parts.append(word_weights)
+                size += len(word_buckets)
+            bytes_per_text.append(size)
         # the batch's vectors summed at once, each text's features offset into its own row; the
         # weights are halves and small whole numbers, so their float sums are exact in any order
         # and a vector is the same to the last bit however it is summed
-        cells = np.repeat(np.arange(len(texts)) * dimension, features_per_text) + np.asarray(buckets, dtype=np.intp)
+        buckets = np.frombuffer(b"".join(bucket_parts), dtype=np.intp)
+        weights = np.frombuffer(b"".join(weight_parts), dtype=np.float64)
+        cells = np.repeat(np.arange(len(texts)) * dimension, np.asarray(bytes_per_text) // buckets.itemsize) + buckets
         return np.bincount(cells, weights, minlength=len(texts) * dimension).reshape(len(texts), dimension)
 
     def count_tokens(self, texts: Sequence[str]) -> int:
@@ -218,15 +221,16 @@ def _signed_bucket(feature: str, dimension: int) -> tuple[int, bool]:
 
 
 @lru_cache(maxsize=1 << 17)
-def _word_features(word: str, dimension: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """A word's buckets and signed weights: its own feature (weight 1) and its character
-    3-grams' (`<word>` padded, weight 0.5); a word is hashed once per process, not once per
-    occurrence."""
+def _word_features(word: str, dimension: int) -> tuple[bytes, bytes]:
+    """A word's buckets and signed weights (as the bytes of intp and float64 arrays, which a
+    batch joins without converting a Python number per feature): its own feature (weight 1)
+    and its character 3-grams' (`<word>` padded, weight 0.5); a word is hashed once per
+    process, not once per occurrence."""
     padded = f"<{word}>"
     features = [(_signed_bucket(f"w:{word}", dimension), 1.0)]
     features += [(_signed_bucket(f"g:{padded[i:i + 3]}", dimension), 0.5) for i in range(max(1, len(padded) - 2))]
-    return (tuple(bucket for (bucket, _), _ in features),
-            tuple(weight if sign else -weight for (_, sign), weight in features))
+    return (np.array([bucket for (bucket, _), _ in features], dtype=np.intp).tobytes(),
+            np.array([weight if sign else -weight for (_, sign), weight in features], dtype=np.float64).tobytes())
 
 
 class _HttpEmbedder(Embedder):
