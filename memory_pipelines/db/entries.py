@@ -70,7 +70,7 @@ def _upsert_entries(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
     rounds: Counter = Counter()
     keyed = ((row["entry_key"], [row["entry_key"], row["content_hash"], *(row[c] for c in _ENTRY_LOAD_COLUMNS)])
              for row in rows)
-    load_rows(conn, "create_entry_load", "copy_entry_load", in_rounds(keyed, rounds))
+    load_rows(conn, "create_entry_load", "entry_load", in_rounds(keyed, rounds))
     conn.execute(query("upsert_versions_from_load"))
     written = sum(conn.execute(query("upsert_entries_from_load"), {"round": n}).rowcount
                   for n in range(1, max(rounds.values(), default=0) + 1))

@@ -144,7 +144,7 @@ def _upsert_fact_rows(conn: psycopg.Connection, rows: Sequence[dict]) -> None:
     """Upsert facts as if one by one, in order: loaded by `COPY`, then a statement per round."""
     rounds: Counter = Counter()
     keyed = (((row["user_id"], row["category"], row["key"]), [row[c] for c in _FACT_LOAD_COLUMNS]) for row in rows)
-    load_rows(conn, "create_fact_load", "copy_fact_load", in_rounds(keyed, rounds))
+    load_rows(conn, "create_fact_load", "fact_load", in_rounds(keyed, rounds))
     for n in range(1, max(rounds.values(), default=0) + 1):
         conn.execute(query("upsert_facts_from_load"), {"round": n})
 
@@ -242,6 +242,6 @@ def insert_chunks(conn: psycopg.Connection, rows: Sequence[dict]) -> int:
     how many were new."""
     if not rows:
         return 0
-    load_rows(conn, "create_chunk_load", "copy_chunk_load",
+    load_rows(conn, "create_chunk_load", "chunk_load",
               ((position, *(row[c] for c in _CHUNK_LOAD_COLUMNS)) for position, row in enumerate(rows)))
     return conn.execute(query("insert_chunks_from_load")).rowcount

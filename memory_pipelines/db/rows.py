@@ -9,6 +9,7 @@ from dataclasses import fields
 from itertools import groupby
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import RowFactory, args_row
 
 from memory_pipelines.db.queries import query
@@ -55,11 +56,14 @@ def grouped(rows: Iterable[Sequence]) -> dict:
     return grouped
 
 
-def load_rows(conn: psycopg.Connection, create: str, copy: str, rows: Iterable[Sequence]) -> None:
-    """`rows` into a connection's temp load table by `COPY` (the named queries `create`, which
-    makes it or empties it, and `copy`), for one statement to write them."""
+def load_rows(conn: psycopg.Connection, create: str, table: str, rows: Iterable[Sequence]) -> None:
+    """`rows` (the columns of `table`, in order) into the connection's temp load table `table`
+    (the named query `create` makes it or empties it) by binary `COPY`, for one statement to
+    write them."""
     conn.execute(query(create))
-    with conn.cursor().copy(query(copy)) as copying:
+    types = [oid for (oid,) in conn.execute(query("load_column_types"), {"table": table})]
+    with conn.cursor().copy(sql.SQL(query("copy_load")).format(table=sql.Identifier(table))) as copying:
+        copying.set_types(types)
         for row in rows:
             copying.write_row(row)
 

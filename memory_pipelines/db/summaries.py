@@ -140,7 +140,7 @@ def replace_segments(conn: psycopg.Connection, judged_days: Sequence[tuple[str, 
     conn.execute(query("delete_session_days_segments"), {
         "session_ids": [j.judged[0].segment.session_id for _, j in judged_days],
         "partition_keys": [key for key, _ in judged_days]})
-    load_rows(conn, "create_segment_load", "copy_segment_load", (
+    load_rows(conn, "create_segment_load", "segment_load", (
         (j.segment.segment_id, j.segment.session_id, j.segment.user_id, partition_key, j.segment.start_seq,
          j.segment.end_seq, j.segment.messages[0].ts, j.segment.messages[-1].ts, len(j.segment.messages),
          sum(len(m.content) for m in j.segment.messages), j.verdict.noise, j.verdict.reason, j.verdict.confidence,
@@ -186,7 +186,7 @@ def insert_summary_versions(conn: psycopg.Connection, versions: Sequence[Summary
     """Versions loaded by `COPY`, then their sessions' current summaries set to each one's latest."""
     if not versions:
         return
-    load_rows(conn, "create_version_load", "copy_version_load", (
+    load_rows(conn, "create_version_load", "version_load", (
         (v.session_id, v.version, v.user_id, v.partition_key, v.step, v.step_count, v.kind, Jsonb(v.summary.to_json()),
          v.cursor_ts, v.cursor_seq, v.first_seq, v.last_seq, v.messages_in, Jsonb(list(v.trimmed)), v.backend,
          v.model, v.prompt_version, v.fingerprint, run_id, None if v.memory_items is None else Jsonb(v.memory_items),

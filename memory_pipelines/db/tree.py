@@ -80,7 +80,7 @@ def store_tree(conn: psycopg.Connection, tree_kind: str, tree_keys: Sequence[str
     changed = {(n.tree_key, n.node_key): n for n in nodes if stored.get((n.tree_key, n.node_key)) != n.content_hash}
     written = 0
     if changed:
-        load_rows(conn, "create_tree_load", "copy_tree_load", (
+        load_rows(conn, "create_tree_load", "tree_load", (
             (n.user_id, n.tree_kind, n.tree_key, n.node_key, n.level, n.parent_key, n.position, n.started_at,
              n.ended_at, Jsonb([shallow_fields(s) for s in n.spans]), list(n.keys), n.summary, n.content_hash,
              n.model, n.source_hash) for n in changed.values()))

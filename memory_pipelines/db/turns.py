@@ -36,7 +36,7 @@ def store_turns(conn: psycopg.Connection, session_ids: Sequence[str], rows: Sequ
                             content_hash, r.window_hash))
     written = 0
     if changed:
-        load_rows(conn, "create_turn_load", "copy_turn_load", changed)
+        load_rows(conn, "create_turn_load", "turn_load", changed)
         written = conn.execute(query("upsert_turns_from_load"), {"run_id": run_id}).rowcount
     # what was stored and is no longer built goes (read above, under the sessions' locks): no
     # statement sends every kept pair, and a batch with nothing gone sends none

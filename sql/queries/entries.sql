@@ -34,12 +34,6 @@ CREATE TEMP TABLE IF NOT EXISTS entry_load (
 ) ON COMMIT DELETE ROWS;
 DELETE FROM entry_load;  -- a second batch in the same transaction starts empty
 
--- name: copy_entry_load
-COPY entry_load (ord, round, entry_key, content_hash, user_id, kind, title, content, tags, confidence, importance, scope, scope_id,
-    consent_basis, has_pii, pii_kinds, observed_at, valid_until, session_id, seq_start, seq_end, partition_key, run_id,
-    model, prompt_version, call_id)
-FROM STDIN;
-
 -- name: upsert_versions_from_load
 -- The load's versions, as upserting its rows one by one in order would leave them: a
 -- (key, content) pair's row holds what its first row says and the observation of its

@@ -70,11 +70,6 @@ CREATE TEMP TABLE IF NOT EXISTS fact_load (
 ) ON COMMIT DELETE ROWS;
 DELETE FROM fact_load;  -- a second batch in the same transaction starts empty
 
--- name: copy_fact_load
-COPY fact_load (ord, round, user_id, category, key, canonical_key, value, source, confidence, last_verified_at,
-    source_context, session_id, seq_start, seq_end, partition_key, run_id, model, prompt_version, expires_at, call_id)
-FROM STDIN;
-
 -- name: upsert_facts_from_load
 -- Event time wins: an observation older than the stored one changes nothing; an equal
 -- row is not rewritten, so re-running leaves the table as it was. A new value drops the
@@ -192,11 +187,6 @@ CREATE TEMP TABLE IF NOT EXISTS chunk_load (
     summary_version integer, partition_key text, run_id text, model text, prompt_version text
 ) ON COMMIT DELETE ROWS;
 DELETE FROM chunk_load;  -- a second batch in the same transaction starts empty
-
--- name: copy_chunk_load
-COPY chunk_load (ord, user_id, session_id, start_seq, end_seq, started_at, ended_at, content, content_hash,
-                 breadcrumbs, message_count, summary_version, partition_key, run_id, model, prompt_version)
-FROM STDIN;
 
 -- name: insert_chunks_from_load
 -- In load order, so ids go as inserting one by one gives them (a content twice: the first stays).

@@ -73,12 +73,6 @@ CREATE TEMP TABLE IF NOT EXISTS segment_load (
 ) ON COMMIT DELETE ROWS;
 DELETE FROM segment_load;  -- a second batch in the same transaction starts empty
 
--- name: copy_segment_load
-COPY segment_load (segment_id, session_id, user_id, partition_key, start_seq, end_seq, started_at, ended_at,
-    message_count, chars, is_noise, noise_reason, confidence, dropped, judge_status, judge_error, judge_backend,
-    judge_model, prompt_version, fingerprint, run_id)
-FROM STDIN;
-
 -- name: insert_segments_from_load
 INSERT INTO conversation_segments (segment_id, session_id, user_id, partition_key, start_seq, end_seq, started_at,
     ended_at, message_count, chars, is_noise, noise_reason, confidence, dropped, judge_status, judge_error,
@@ -153,12 +147,6 @@ CREATE TEMP TABLE IF NOT EXISTS version_load (
     call_id text
 ) ON COMMIT DELETE ROWS;
 DELETE FROM version_load;  -- a second batch in the same transaction starts empty
-
--- name: copy_version_load
-COPY version_load (session_id, version, user_id, partition_key, step, step_count, kind, summary, cursor_ts,
-    cursor_seq, first_seq, last_seq, messages_in, trimmed, backend, model, prompt_version, fingerprint, run_id,
-    memory_items, call_id)
-FROM STDIN;
 
 -- name: insert_versions_from_load
 INSERT INTO session_summary_versions (session_id, version, user_id, partition_key, step, step_count, kind, summary,

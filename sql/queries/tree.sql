@@ -30,11 +30,6 @@ CREATE TEMP TABLE IF NOT EXISTS tree_load (
 ) ON COMMIT DELETE ROWS;
 DELETE FROM tree_load;  -- a second batch in the same transaction starts empty
 
--- name: copy_tree_load
-COPY tree_load (user_id, tree_kind, tree_key, node_key, level, parent_key, position, started_at, ended_at, spans,
-                keys, summary, content_hash, model, source_hash)
-FROM STDIN;
-
 -- name: upsert_tree_from_load
 -- The partition is the day of the node's newest turn.
 INSERT INTO memory_tree AS t (user_id, tree_kind, tree_key, node_key, level, parent_key, position, started_at,

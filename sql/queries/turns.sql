@@ -36,10 +36,6 @@ CREATE TEMP TABLE IF NOT EXISTS turn_load (
 ) ON COMMIT DELETE ROWS;
 DELETE FROM turn_load;  -- a second batch in the same transaction starts empty
 
--- name: copy_turn_load
-COPY turn_load (session_id, seq, user_id, pos, role, ts, language, body, keys, content_hash, window_hash)
-FROM STDIN;
-
 -- name: upsert_turns_from_load
 -- Rewritten only when what it holds or what its embedding reads changed; a new window drops
 -- the embedding (memory_embeddings makes it again). The partition is the turn's own day.
