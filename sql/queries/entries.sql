@@ -27,8 +27,8 @@ WHERE EXCLUDED.observed_at < v.observed_at;  -- a version dates from its first o
 -- A batch's entries arrive by COPY and are upserted a round at a time (a statement may not
 -- update one row twice: round n holds each key's n-th observation of the batch, in order).
 CREATE TEMP TABLE IF NOT EXISTS entry_load (
-    ord integer, round integer, entry_key text, content_hash text, user_id text, kind text, title text, content text, tags text[],
-    confidence real, importance real, scope text, scope_id text, consent_basis text, has_pii boolean,
+    ord bigint, round bigint, entry_key text, content_hash text, user_id text, kind text, title text, content text, tags text[],
+    confidence double precision, importance double precision, scope text, scope_id text, consent_basis text, has_pii boolean,
     pii_kinds text[], observed_at timestamptz, valid_until timestamptz, session_id text, seq_start bigint,
     seq_end bigint, partition_key text, run_id text, model text, prompt_version text, call_id text
 ) ON COMMIT DELETE ROWS;

@@ -63,8 +63,8 @@ SELECT coalesce(bool_and(taken), true) FROM (
 -- A batch's facts arrive by COPY and are upserted a round at a time (a statement may not
 -- update one row twice: round n holds each key's n-th observation of the batch, in order).
 CREATE TEMP TABLE IF NOT EXISTS fact_load (
-    ord integer, round integer, user_id text, category text, key text, canonical_key text, value text, source text,
-    confidence smallint, last_verified_at timestamptz, source_context text, session_id text, seq_start bigint,
+    ord bigint, round bigint, user_id text, category text, key text, canonical_key text, value text, source text,
+    confidence bigint, last_verified_at timestamptz, source_context text, session_id text, seq_start bigint,
     seq_end bigint, partition_key text, run_id text, model text, prompt_version text, expires_at timestamptz,
     call_id text
 ) ON COMMIT DELETE ROWS;
@@ -182,9 +182,9 @@ WHERE user_id = %(user_id)s AND key = %(key)s AND (%(category)s::text IS NULL OR
 -- parameters): made and dropped per batch, its catalog writes cost a long backfill more than its rows.
 -- A day's new chunks arrive by COPY and are inserted by one statement.
 CREATE TEMP TABLE IF NOT EXISTS chunk_load (
-    ord integer, user_id text, session_id text, start_seq bigint, end_seq bigint, started_at timestamptz,
-    ended_at timestamptz, content text, content_hash text, breadcrumbs text[], message_count integer,
-    summary_version integer, partition_key text, run_id text, model text, prompt_version text
+    ord bigint, user_id text, session_id text, start_seq bigint, end_seq bigint, started_at timestamptz,
+    ended_at timestamptz, content text, content_hash text, breadcrumbs text[], message_count bigint,
+    summary_version bigint, partition_key text, run_id text, model text, prompt_version text
 ) ON COMMIT DELETE ROWS;
 DELETE FROM chunk_load;  -- a second batch in the same transaction starts empty
 

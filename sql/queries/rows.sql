@@ -2,7 +2,9 @@
 
 -- name: load_column_types
 -- A temp load table's column types, in order: load_rows sends its rows in binary, each value
--- dumped as its column's type.
+-- dumped as its column's type. The load tables hold integers as bigint and fractions as
+-- double precision: psycopg's binary int2, int4 and float4 wrap or round a value beyond their
+-- range without a word, where the statement writing the target table casts it and refuses.
 SELECT atttypid::int FROM pg_attribute
 WHERE attrelid = %(table)s::regclass AND attnum > 0 AND NOT attisdropped
 ORDER BY attnum;

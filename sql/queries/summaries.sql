@@ -67,8 +67,8 @@ WHERE c.session_id = d.session_id AND c.partition_key = d.partition_key;
 -- session-day cost the client more than the server's insert).
 CREATE TEMP TABLE IF NOT EXISTS segment_load (
     segment_id text, session_id text, user_id text, partition_key text, start_seq bigint, end_seq bigint,
-    started_at timestamptz, ended_at timestamptz, message_count integer, chars integer, is_noise boolean,
-    noise_reason text, confidence real, dropped boolean, judge_status text, judge_error text, judge_backend text,
+    started_at timestamptz, ended_at timestamptz, message_count bigint, chars bigint, is_noise boolean,
+    noise_reason text, confidence double precision, dropped boolean, judge_status text, judge_error text, judge_backend text,
     judge_model text, prompt_version text, fingerprint text, run_id text
 ) ON COMMIT DELETE ROWS;
 DELETE FROM segment_load;  -- a second batch in the same transaction starts empty
@@ -141,8 +141,8 @@ WHERE session_id = %(session_id)s
 -- version, and one refreshing its session's current summary, cost the client more than the
 -- server's inserts).
 CREATE TEMP TABLE IF NOT EXISTS version_load (
-    session_id text, version integer, user_id text, partition_key text, step integer, step_count integer, kind text,
-    summary jsonb, cursor_ts timestamptz, cursor_seq bigint, first_seq bigint, last_seq bigint, messages_in integer,
+    session_id text, version bigint, user_id text, partition_key text, step bigint, step_count bigint, kind text,
+    summary jsonb, cursor_ts timestamptz, cursor_seq bigint, first_seq bigint, last_seq bigint, messages_in bigint,
     trimmed jsonb, backend text, model text, prompt_version text, fingerprint text, run_id text, memory_items jsonb,
     call_id text
 ) ON COMMIT DELETE ROWS;

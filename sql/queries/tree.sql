@@ -24,7 +24,7 @@ WHERE tree_kind = %(tree_kind)s AND tree_key = ANY(%(tree_keys)s);
 -- A batch's changed nodes arrive by COPY and are upserted by one statement (a statement per
 -- node cost the client more than the server's upsert).
 CREATE TEMP TABLE IF NOT EXISTS tree_load (
-    user_id text, tree_kind text, tree_key text, node_key text, level integer, parent_key text, position integer,
+    user_id text, tree_kind text, tree_key text, node_key text, level bigint, parent_key text, position bigint,
     started_at timestamptz, ended_at timestamptz, spans jsonb, keys text[], summary text, content_hash text,
     model text, source_hash text
 ) ON COMMIT DELETE ROWS;

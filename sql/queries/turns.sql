@@ -31,7 +31,7 @@ SELECT session_id, seq, content_hash, window_hash FROM memory_turns WHERE sessio
 -- A batch's changed turns arrive by COPY and are upserted by one statement (a statement per
 -- turn cost more than computing their lexemes). Migration 0015 names it by its old name, upsert_turn.
 CREATE TEMP TABLE IF NOT EXISTS turn_load (
-    session_id text, seq bigint, user_id text, pos integer, role text, ts timestamptz, language text, body text,
+    session_id text, seq bigint, user_id text, pos bigint, role text, ts timestamptz, language text, body text,
     keys text[], content_hash text, window_hash text
 ) ON COMMIT DELETE ROWS;
 DELETE FROM turn_load;  -- a second batch in the same transaction starts empty

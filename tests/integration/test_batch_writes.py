@@ -7,10 +7,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pytest
+from psycopg.types.json import Jsonb
 
 from memory_pipelines.db import facts_chunks as facts_chunks_db
 from memory_pipelines.db import entries as entries_db
 from memory_pipelines.db.connection import get_pool
+from memory_pipelines.db.rows import load_rows
 from memory_pipelines.core.fact_extraction import FactCandidate, canonical_key
 from memory_pipelines.core.knowledge_entries import EntryCandidate, entry_key, importance
 
@@ -112,3 +115,21 @@ def test_facts_written_at_once_equal_the_facts_written_one_by_one(make_database)
     assert by_key["ann", "language"][13] is None and by_key["bob", "favorite_language"][13] is None
     assert [(row[0], row[2]) for row in rows] == [("ann", "editor"), ("bob", "editor"), ("ann", "preferred_language"),
                                                   ("ann", "language"), ("bob", "favorite_language")]
+
+
+def test_a_load_sends_each_value_as_its_columns_type(make_database):
+    """Binary COPY: text, integers, times, JSON and arrays (quotes, commas, braces, the word
+    NULL, an empty one, a null) arrive as they were sent. Integers load as bigint, so a value
+    beyond a target's integer column arrives whole (binary int4 would wrap it) for the
+    statement that writes the target to refuse; beyond bigint, the load refuses it."""
+    spans = [{"session_id": "s-1", "first_seq": 1, "last_seq": 9, "note": "naïve “quoted” 🚀"}]
+    keys = ['say "hi"', "a,b", "{braces}", "NULL", "back\\slash", "tab\there"]
+    rows = [("ann", "session", "s-1", "day:2026-10-01", 1, None, 2**31, T0, T0 + timedelta(hours=1), Jsonb(spans),
+             keys, "line one\nline two", "h1", "rules", "src"),
+            ("bob", "session", "s-2", "leaf:1", 0, "day:2026-10-01", 0, T0, T0, Jsonb([]), [], None, "h2", None, "")]
+    with get_pool(make_database()).connection() as conn, conn.transaction():
+        load_rows(conn, "create_tree_load", "tree_load", rows)
+        stored = conn.execute("SELECT * FROM tree_load ORDER BY user_id").fetchall()
+        assert stored == [(*row[:9], row[9].obj, *row[10:]) for row in rows]
+        with pytest.raises(OverflowError), conn.transaction():
+            load_rows(conn, "create_tree_load", "tree_load", [(*rows[0][:6], 2**63, *rows[0][7:])])
