@@ -43,14 +43,31 @@ PATTERNS: tuple[tuple[str, re.Pattern[str], int, re.Pattern[str]], ...] = (
 )
 
 
+# Kinds whose matches lie inside one run of non-space characters and look around no further
+# than its ends: they are scanned in the runs that hold a hint of any of them, joined by
+# spaces, where they match exactly as in the whole text (a fifth of a chunk's characters:
+# these eight scans were most of the extraction's time).
+_IN_ONE_RUN = frozenset({"url", "path", "file", "ticket", "constant", "snake", "camel", "kebab"})
+# (a match starts only where a run does: a run without a hint is read once, not once per character)
+_HINTED_RUNS = re.compile(r"(?<!\S)\S*?(?:[-_/#.]|[a-z0-9][A-Z])\S*")
+
+
+def hinted_runs(text: str) -> str:
+    """The runs of non-space characters in `text` that hold a hint of a kind in _IN_ONE_RUN,
+    joined by spaces."""
+    return " ".join(_HINTED_RUNS.findall(text))
+
+
 def extract_breadcrumbs(texts: Iterable[str], limit: int = MAX_BREADCRUMBS) -> list[str]:
     found: dict[str, tuple[int, int, int]] = {}  # crumb -> (kind rank, -count, first position)
     position = 0
     for text in texts:
-        for rank, (_kind, pattern, group, hint) in enumerate(PATTERNS):
-            if not hint.search(text):
+        runs = hinted_runs(text)
+        for rank, (kind, pattern, group, hint) in enumerate(PATTERNS):
+            scanned = runs if kind in _IN_ONE_RUN else text
+            if not hint.search(scanned):
                 continue
-            for match in pattern.finditer(text):
+            for match in pattern.finditer(scanned):
                 crumb = " ".join(match.group(group).split()).strip()
                 if len(crumb) < 2 or len(crumb) > 200:
                     continue

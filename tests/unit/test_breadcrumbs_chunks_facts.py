@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_pipelines.breadcrumbs import _UNITS, PATTERNS, extract_breadcrumbs, merge_breadcrumbs
+from memory_pipelines.breadcrumbs import (_IN_ONE_RUN, _UNITS, PATTERNS, extract_breadcrumbs, hinted_runs,
+                                          merge_breadcrumbs)
 from memory_pipelines.core.chunk_packing import CHUNK_MAX_CHARS, Chunk, chunk_breadcrumbs, chunk_line, pack_chunks
 from memory_pipelines.core.fact_extraction import canonical_key, normalize_key, render_fact, validate_items
 from memory_pipelines.llm.rendering import render_chunk
@@ -81,6 +82,19 @@ def test_the_lookbehind_after_the_first_character_matches_as_the_plain_form(text
     for kind, pattern, _group, _hint in PATTERNS:
         if kind in _PLAIN_FORMS:
             assert [m.span() for m in pattern.finditer(text)] == [m.span() for m in _PLAIN_FORMS[kind].finditer(text)]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_CRUMB_PIECES | st.sampled_from(["\u00a0", "\u2003", "\x1f", "(", ")", ":", ",", "&", "#12", "aB",
+                                                 "9X", "A_B", "a/b.py", "MAX_X", "ledger-api", "x.toml"]),
+                max_size=30).map("".join))
+def test_a_kind_in_one_run_matches_in_the_hinted_runs_as_in_the_whole_text(text):
+    """Kinds scanned only in the runs of non-space characters that hold a hint find there
+    exactly what they find in the whole text, in the same order."""
+    runs = hinted_runs(text)
+    for kind, pattern, group, _hint in PATTERNS:
+        if kind in _IN_ONE_RUN:
+            assert [m.group(group) for m in pattern.finditer(runs)] == [m.group(group) for m in pattern.finditer(text)]
 
 
 # --- chunks -----------------------------------------------------------------------------
