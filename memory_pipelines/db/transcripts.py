@@ -57,9 +57,16 @@ def insert_fork_points(conn: psycopg.Connection, forks: Iterable[ForkPoint], cre
             cur.executemany(query("insert_session_fork"), rows)
 
 
+# copy_messages' column types, in its order: binary COPY sends each value as its type (text
+# COPY had psycopg format every row in Python)
+_MESSAGE_COLUMN_TYPES = ("text", "int8", "text", "text", "text", "text", "timestamptz", "text", "jsonb", "text",
+                         "jsonb", "text", "text", "int8", "text")
+
+
 def insert_messages(conn: psycopg.Connection, messages: Iterable[Message], run_id: str) -> int:
     count = 0
     with conn.cursor().copy(query("copy_messages")) as copy:
+        copy.set_types(_MESSAGE_COLUMN_TYPES)
         for m in messages:
             copy.write_row((
                 m.session_id, m.seq, m.user_id, m.agent_id, m.role, m.content, m.ts, m.tool_name,

@@ -12,9 +12,10 @@ JOIN messages m USING (session_id, seq);
 SELECT session_id, user_id FROM sessions WHERE session_id = ANY(%(session_ids)s);
 
 -- name: copy_messages
+-- In binary, each value sent as its column's type (insert_messages names them, in this order).
 COPY messages (session_id, seq, user_id, agent_id, role, content, ts, tool_name, tool_args,
                tool_call_id, metadata, content_hash, source_file, source_line, ingested_run_id)
-FROM STDIN;
+FROM STDIN (FORMAT BINARY);
 
 -- name: insert_quarantine
 INSERT INTO quarantine (source_file, source_line, reason, detail, raw, raw_bytes, session_id, seq,
